@@ -349,7 +349,7 @@ def apply(accept, residual, draft_token, u_accept, u_residual):
         raise ValueError("draft_token out of range")
     keep = ua < r[np.arange(batch), x]
     cdf = np.cumsum(s, axis=-1)                                  # [B, V]
-    fallback = np.array([np.searchsorted(c, u * c[-1], side="right") for c, u in zip(cdf, ur)])
+    fallback = (cdf <= (ur * cdf[:, -1])[:, None]).sum(axis=-1)  # = searchsorted(cdf, u·total, "right")
     fallback = np.minimum(fallback, r.shape[1] - 1)
     token = np.where(keep, x, fallback)
     if np.ndim(draft_token) == 0 and np.ndim(accept) == 1:
@@ -430,5 +430,14 @@ def _softmax(x: np.ndarray) -> np.ndarray:
 
 
 def acceptance_curve(p, q, bounds) -> np.ndarray:
-    """Optimal acceptance probability for each D in ``bounds``: ``[len(bounds), ...]``."""
-    return np.stack([solve(p, q, float(b)).accept_prob for b in np.asarray(bounds, dtype=float)])
+    """Optimal acceptance probability for each D in ``bounds``: ``[len(bounds)]`` or ``[len(bounds), B]``.
+
+    One batched :func:`solve` over every (D, row) pair.
+    """
+    bounds = np.asarray(bounds, dtype=np.float64).ravel()
+    p2, q2 = np.atleast_2d(np.asarray(p, dtype=np.float64)), np.atleast_2d(np.asarray(q, dtype=np.float64))
+    n_rows = p2.shape[0]
+    rep_p = np.broadcast_to(p2, (bounds.size, *p2.shape)).reshape(-1, p2.shape[-1])  # [nD·B, V]
+    rep_q = np.broadcast_to(q2, (bounds.size, *q2.shape)).reshape(-1, q2.shape[-1])
+    accept = solve(rep_p, rep_q, np.repeat(bounds, n_rows)).accept_prob.reshape(bounds.size, n_rows)
+    return accept[:, 0] if np.ndim(p) == 1 else accept

@@ -171,12 +171,14 @@ def test_acceptance_monotone_and_continuous_in_bound():
     p /= p.sum()
     bounds = np.linspace(0, 1.2 * m.kl_divergence(p, q), 400)
     a = m.acceptance_curve(p, q, bounds)
+    assert a.shape == bounds.shape
+    assert a[-1] == 1.0 and a[0] == pytest.approx(np.minimum(p, q).sum())
     assert np.all(np.diff(a) >= -1e-12)
     assert np.max(np.diff(a)[3:]) < 0.02        # no jump at the regime changes (A ~ √D near 0)
     k0 = m.kl_divergence(p, q)
     assert m.solve(p, q, k0 * (1 - 1e-6)).accept_prob > 1 - 1e-5
-    regimes = [int(m.solve(p, q, b).regime) for b in bounds]
-    assert set(regimes) == {m.CLIPPED, m.TARGET_ZERO, m.ACCEPT_ALL}
+    regimes = m.solve(np.tile(p, (bounds.size, 1)), np.tile(q, (bounds.size, 1)), bounds).regime
+    assert set(regimes.tolist()) == {m.CLIPPED, m.TARGET_ZERO, m.ACCEPT_ALL}
 
 
 def test_clipped_regime_has_blog_form_and_rejects_target_zero_tokens():
