@@ -12,10 +12,13 @@ Importing this package must not import torch (tested): it runs where no model do
 from . import energy, montecarlo, moe, speculative
 from .energy import (
     MJSD_TABLE1,
+    MJSD_TABLE2,
+    MJSD_TABLE2_COLUMNS,
     BatchEnergyFit,
     BatchEnergyTable,
     EnergyFit,
     energy_model,
+    energy_saving_over_speedup,
     fit_energy_model,
     fit_mjsd_table1,
     split_time_by_batch,
@@ -29,6 +32,7 @@ from .montecarlo import (
     estimate_speedup,
     replay_outcomes,
     replay_probabilities,
+    simulate_bursty_outcomes,
     simulate_tokens_per_step,
     speedup_by_gamma,
 )
@@ -41,10 +45,13 @@ from .moe import (
     zipf_popularity,
 )
 from .speculative import (
+    SLIDES_TABLE2,
+    SLIDES_TABLE2_COLUMNS,
     acceptance_rate,
     expected_speedup,
     expected_tokens,
     expected_tokens_by_position,
+    implied_cost_ratio,
     max_beta,
     operations_factor,
     optimal_gamma,
@@ -56,15 +63,17 @@ __all__ = [
     "energy", "montecarlo", "moe", "speculative",
     # speculative (closed forms)
     "acceptance_rate", "expected_speedup", "expected_tokens", "expected_tokens_by_position",
-    "max_beta", "operations_factor", "optimal_gamma", "walltime_factor",
+    "implied_cost_ratio", "max_beta", "operations_factor", "optimal_gamma", "walltime_factor",
+    "SLIDES_TABLE2", "SLIDES_TABLE2_COLUMNS",
     # moe
     "expected_experts", "expected_experts_weighted", "inclusion_probabilities", "moe_beta",
     "simulate_experts", "zipf_popularity",
     # energy
-    "MJSD_TABLE1", "BatchEnergyFit", "BatchEnergyTable", "EnergyFit", "energy_model",
+    "MJSD_TABLE1", "MJSD_TABLE2", "MJSD_TABLE2_COLUMNS", "BatchEnergyFit", "BatchEnergyTable",
+    "EnergyFit", "energy_model", "energy_saving_over_speedup",
     "fit_energy_model", "fit_mjsd_table1", "split_time_by_batch",
     # montecarlo
     "Estimate", "alpha_by_position", "alpha_from_accept_lengths", "empirical_optimal_gamma",
     "estimate_mean", "estimate_speedup", "replay_outcomes", "replay_probabilities",
-    "simulate_tokens_per_step", "speedup_by_gamma",
+    "simulate_bursty_outcomes", "simulate_tokens_per_step", "speedup_by_gamma",
 ]

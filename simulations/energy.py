@@ -62,6 +62,46 @@ MJSD_TABLE1 = BatchEnergyTable(
 )
 
 
+# MJSD paper, §5.1, Table 2: speedup over greedy and energy per token (J) of greedy, vanilla
+# speculative decoding and MJSD, per dataset (CP ChatGPT-Prompt, CA ChatAlpaca, CD CNN
+# DailyMail) and model pair (Llama-2: Llama-68M drafting for Llama-2-13B; OPT: OPT-125m for
+# OPT-13B); 1 Nvidia L40, batch size 1 (Appendix C), 4 draft tokens per step (Fig. 3). Means as
+# printed, without the ± standard deviations. BiLD and SpecTr columns omitted.
+MJSD_TABLE2_COLUMNS = ("dataset", "model", "speedup_speculative", "speedup_mjsd",
+                       "energy_greedy_J", "energy_speculative_J", "energy_mjsd_J")
+MJSD_TABLE2 = (
+    ("CP", "Llama-2", 1.63, 2.78, 11.7, 6.62, 3.38),
+    ("CP", "OPT", 1.51, 2.50, 13.2, 7.48, 3.61),
+    ("CA", "Llama-2", 1.43, 2.00, 11.2, 6.98, 4.72),
+    ("CA", "OPT", 1.49, 2.08, 11.3, 5.74, 4.03),
+    ("CD", "Llama-2", 1.41, 2.04, 11.3, 7.07, 4.80),
+    ("CD", "OPT", 1.36, 1.87, 11.5, 6.37, 4.86),
+)
+
+
+def energy_saving_over_speedup(gamma, c, c_energy, fit: "BatchEnergyFit"):
+    """Predicted (energy saving) / (speedup) of speculative decoding over target-only decoding.
+
+    Per token, decoding with the target alone costs one run at b = 1; a speculative step costs γ
+    draft runs and one verification that the fit treats like a run at batch γ + 1, and yields
+    τ tokens. So the speedup is τ / (γc + β_T) (survey blog *Batch Size*) and the energy saving
+    τ / (γc_E + β_E), with β_T, β_E the fit's time and energy ratios at batch γ + 1 (MJSD §4
+    Eq. 2 through Table 1). τ cancels: the ratio does not depend on α.
+
+    Args:
+        gamma: draft tokens per step, ≥ 1.
+        c: draft/target time ratio per run, ≥ 0.
+        c_energy: draft/target energy ratio per run, ≥ 0.
+        fit: a :class:`BatchEnergyFit` (e.g. :func:`fit_mjsd_table1`).
+    """
+    gamma = _checks.integer("gamma", gamma, minimum=1)
+    c = _checks.nonnegative("c", c)
+    c_energy = _checks.nonnegative("c_energy", c_energy)
+    batch = gamma + 1.0
+    ratio = (gamma * c + fit.time_beta(batch)) / (gamma * c_energy + fit.energy_beta(batch))
+    return _checks.scalar_result(np.asarray(ratio))
+
+
 def energy_model(p_flop, p_mem, t_flop, t_mem):
     """Energy of a run: E = P_flop · T_flop + P_mem · T_mem (MJSD §4, Eq. 2).
 
@@ -156,6 +196,10 @@ class BatchEnergyFit:
         b = _checks.positive("batch_size", batch_size)
         return _checks.scalar_result(
             np.asarray(self.powers.p_mem * self.t_mem / self.energy_per_run(b)))
+
+    def time_beta(self, batch_size):
+        """Time of a run at batch b relative to b = 1: β of the survey blog for this fit."""
+        return _checks.scalar_result(np.asarray(self.time_per_run(batch_size) / self.time_per_run(1.0)))
 
     def energy_beta(self, batch_size):
         """Energy of a run at batch b relative to b = 1: the energy counterpart of β.

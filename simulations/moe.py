@@ -21,6 +21,8 @@ from . import _checks
 
 # Above this many ordered k-subsets, `expected_experts_weighted` refuses to enumerate them.
 _MAX_ORDERED_SELECTIONS = 2_000_000
+# `simulate_experts` draws at most this many Gumbel keys at once (8 MB of float64).
+_CHUNK_KEYS = 1_000_000
 
 
 def expected_experts(E, k, T):
@@ -162,12 +164,18 @@ def simulate_experts(E, k, T, n_trials, popularity=None, rng=0):
     rng = _checks.generator(rng)
     with np.errstate(divide="ignore"):
         log_w = np.log(weights)  # [E]; -inf for experts that are never picked
-    keys = log_w + rng.gumbel(size=(n_trials, T, E))  # [N, T, E]
-    chosen = np.argpartition(-keys, k - 1, axis=-1)[..., :k]  # [N, T, k]
-    loaded = np.zeros((n_trials, E), dtype=bool)  # [N, E]
-    trial = np.arange(n_trials)[:, None, None]
-    loaded[np.broadcast_to(trial, chosen.shape), chosen] = True
-    return loaded.sum(axis=-1)
+    # Trials are drawn in chunks of about _CHUNK_KEYS random keys to bound memory.
+    chunk = max(1, _CHUNK_KEYS // max(1, T * E))
+    counts = []
+    for start in range(0, n_trials, chunk):
+        n = min(chunk, n_trials - start)
+        keys = log_w + rng.gumbel(size=(n, T, E))  # [N, T, E]
+        chosen = np.argpartition(-keys, k - 1, axis=-1)[..., :k]  # [N, T, k]
+        loaded = np.zeros((n, E), dtype=bool)  # [N, E]
+        trial = np.broadcast_to(np.arange(n)[:, None, None], chosen.shape)
+        loaded[trial, chosen] = True
+        counts.append(loaded.sum(axis=-1))
+    return np.concatenate(counts)
 
 
 def zipf_popularity(E, s=1.0):

@@ -7,6 +7,7 @@ recorded traces, so that the formulas can be checked and real runs compared with
 - :func:`simulate_tokens_per_step`: i.i.d. α (or a per-position α_i), tokens per step.
 - :func:`replay_outcomes`: a recorded stream of per-draft-token outcomes (1 accepted, 0
   rejected) cut into speculative steps for any γ, so one trace predicts τ(γ) for every γ.
+- :func:`simulate_bursty_outcomes`: a correlated trace (easy and hard stretches) to replay.
 - :func:`replay_probabilities`: a recorded stream of per-token acceptance probabilities
   min(1, p(x)/q(x)), turned into outcomes with explicit uniforms and replayed.
 - :func:`alpha_by_position` / :func:`alpha_from_accept_lengths`: estimates of α from the
@@ -79,6 +80,39 @@ def simulate_tokens_per_step(alpha, gamma, n_steps, rng):
     accepted = rng.random((n_steps, gamma)) < alpha  # [S, γ]
     n_accepted = np.cumprod(accepted, axis=1).sum(axis=1)  # [S]: length of the accepted prefix
     return n_accepted + 1
+
+
+def simulate_bursty_outcomes(alphas, switch_prob, n_tokens, rng):
+    """A correlated outcome trace: acceptance alternates between "easy" and "hard" stretches.
+
+    Not from a document: a two-state Markov chain (state 0 and 1, switching with probability
+    ``switch_prob`` per token) whose state sets the acceptance probability, so that accepted
+    tokens come in bursts as they do in real text (boilerplate, copied spans). The long-run
+    acceptance rate is the mean of ``alphas``; replaying such a trace shows how far τ(γ) falls
+    from the i.i.d. formula at that mean.
+
+    Args:
+        alphas: (α_easy, α_hard), two acceptance probabilities in [0, 1].
+        switch_prob: probability of changing state after each token, in (0, 1].
+        n_tokens: length of the trace, ≥ 1.
+        rng: numpy Generator or int seed.
+
+    Returns:
+        bool array [n_tokens] of outcomes (True = accepted).
+    """
+    alphas = _checks.probability("alphas", alphas)
+    if alphas.shape != (2,):
+        raise ValueError(f"alphas must be two probabilities (easy, hard), got shape {alphas.shape}")
+    switch_prob = float(_checks.probability("switch_prob", switch_prob))
+    if switch_prob == 0.0:
+        raise ValueError("switch_prob must be > 0, got 0.0")
+    n_tokens = _checks.scalar_int("n_tokens", n_tokens, minimum=1)
+    rng = _checks.generator(rng)
+    first = rng.integers(2)  # start from the stationary law (uniform over the two states)
+    switches = rng.random(n_tokens) < switch_prob  # [N]
+    switches[0] = False
+    state = (first + np.cumsum(switches)) % 2  # [N]
+    return rng.random(n_tokens) < alphas[state]
 
 
 def replay_outcomes(outcomes, gamma):

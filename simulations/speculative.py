@@ -149,27 +149,71 @@ def max_beta(alpha, gamma, c):
     return _checks.scalar_result(np.asarray(tau - gamma * c))
 
 
-def optimal_gamma(alpha, c, gamma_max=GAMMA_MAX):
-    """The whole number γ ≥ 1 that maximises :func:`expected_speedup` with β = 1.
+def optimal_gamma(alpha, c, gamma_max=GAMMA_MAX, beta=1.0):
+    """The whole number γ ≥ 1 that maximises :func:`expected_speedup` (with β = 1 by default).
 
     Slides §3.5 "Choosing γ" (Fig. 3, "the optimal γ as a function of α for various values of
     c"): Leviathan et al. pick γ to maximise the walltime improvement factor
     (1 − α^{γ+1}) / ((1 − α)(γc + 1)). The search is exhaustive over γ = 1..gamma_max; ties go
     to the smaller γ. A result equal to ``gamma_max`` means the optimum may lie beyond it (at
-    α = 1 and c < 1 the speedup grows without bound).
+    α = 1 and c < 1 the speedup grows without bound). ``beta`` ≠ 1 uses the survey blog's
+    speedup with a verification cost β (section *Batch Size*).
 
     Args:
         alpha: acceptance rate α in [0, 1] (array-like).
         c: draft/target cost ratio, ≥ 0 (array-like, broadcast against alpha).
         gamma_max: largest γ considered, ≥ 1.
+        beta: verification cost relative to one decode step, > 0 (array-like, broadcast).
     """
     alpha = _checks.probability("alpha", alpha)
     c = _checks.nonnegative("c", c)
+    beta = _checks.positive("beta", beta)
     gamma_max = _checks.scalar_int("gamma_max", gamma_max, minimum=1)
-    alpha, c = np.broadcast_arrays(alpha, c)
+    alpha, c, beta = np.broadcast_arrays(alpha, c, beta)
     gammas = np.arange(1, gamma_max + 1)  # [G]
-    speedup = expected_speedup(alpha[..., None], gammas, c[..., None])  # [..., G]
+    speedup = expected_speedup(alpha[..., None], gammas, c[..., None], beta[..., None])  # [..., G]
     return _checks.scalar_result(gammas[np.argmax(speedup, axis=-1)])
+
+
+def implied_cost_ratio(alpha, gamma, speedup, beta=1.0):
+    """The cost ratio c at which :func:`expected_speedup` equals an observed speedup.
+
+    Inverts the survey blog's E(speedup) = τ / (γc + β): c = (τ / speedup − β) / γ. Applied to
+    slides Table 2 (α, γ and speed of each T5 run) it gives the draft cost that the i.i.d.
+    model needs to explain the measured speed; it absorbs every overhead the model leaves out,
+    so a negative value means the run beat the model even with a free draft.
+
+    Args:
+        alpha: acceptance rate α in [0, 1].
+        gamma: draft tokens per step, ≥ 1.
+        speedup: observed speedup, > 0.
+        beta: verification cost relative to one decode step, > 0.
+    """
+    tau = expected_tokens(alpha, gamma)
+    gamma = _checks.integer("gamma", gamma, minimum=1)
+    speedup = _checks.positive("speedup", speedup)
+    beta = _checks.positive("beta", beta)
+    return _checks.scalar_result(np.asarray((tau / speedup - beta) / gamma))
+
+
+# Slides §4.1, Table 2, "Empirical results for speeding up inference from a T5-XXL 11B model"
+# (Leviathan et al. Table 2): (task, draft M_q, temperature, γ, α, speedup). Copied as printed;
+# the slides spell the summarisation task "CNNNDM" here and "CNNDM" in Table 3.
+SLIDES_TABLE2 = (
+    ("ENDE", "T5-SMALL", 0, 7, 0.75, 3.4),
+    ("ENDE", "T5-BASE", 0, 7, 0.80, 2.8),
+    ("ENDE", "T5-LARGE", 0, 7, 0.82, 1.7),
+    ("ENDE", "T5-SMALL", 1, 7, 0.62, 2.6),
+    ("ENDE", "T5-BASE", 1, 5, 0.68, 2.4),
+    ("ENDE", "T5-LARGE", 1, 3, 0.71, 1.4),
+    ("CNNDM", "T5-SMALL", 0, 5, 0.65, 3.1),
+    ("CNNDM", "T5-BASE", 0, 5, 0.73, 3.0),
+    ("CNNDM", "T5-LARGE", 0, 3, 0.74, 2.2),
+    ("CNNDM", "T5-SMALL", 1, 5, 0.53, 2.3),
+    ("CNNDM", "T5-BASE", 1, 3, 0.55, 2.2),
+    ("CNNDM", "T5-LARGE", 1, 3, 0.56, 1.7),
+)
+SLIDES_TABLE2_COLUMNS = ("task", "draft", "temperature", "gamma", "alpha", "speedup")
 
 
 def acceptance_rate(p, q):

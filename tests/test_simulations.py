@@ -78,6 +78,21 @@ def test_optimal_gamma_is_the_exhaustive_argmax_and_monotone():
     assert sim.optimal_gamma(1.0, 0.01, gamma_max=50) == 50
 
 
+def test_implied_cost_ratio_inverts_the_speedup():
+    c = sim.implied_cost_ratio(0.8, 5, sim.expected_speedup(0.8, 5, 0.07, beta=1.2), beta=1.2)
+    assert c == pytest.approx(0.07)
+    # Slides Table 2 is stored as printed: 12 rows, γ in {3, 5, 7}, α and speed in range.
+    rows = np.array([r[3:] for r in sim.SLIDES_TABLE2], dtype=float)
+    assert rows.shape == (12, 3) and set(rows[:, 0]) == {3, 5, 7}
+    assert np.all((rows[:, 1] > 0.5) & (rows[:, 1] < 0.85) & (rows[:, 2] > 1))
+
+
+def test_optimal_gamma_with_beta_shifts_to_longer_drafts():
+    # A costlier verification is amortised over more tokens: γ* grows with β.
+    got = sim.optimal_gamma(0.8, 0.05, beta=np.array([1.0, 2.0, 3.0]))
+    assert np.all(np.diff(got) > 0) and got[0] == sim.optimal_gamma(0.8, 0.05)
+
+
 def test_expected_tokens_by_position_reduces_to_iid():
     np.testing.assert_allclose(sim.expected_tokens_by_position(np.full(6, 0.7), np.arange(7)),
                                sim.expected_tokens(0.7, np.arange(7)), rtol=1e-12)
@@ -154,6 +169,21 @@ def test_replayed_probabilities_match_the_mean_alpha_when_shuffled():
     tokens = sim.replay_probabilities(probs, 5, rng=np.random.default_rng(9))
     est = sim.estimate_mean(tokens)
     assert est.agrees_with(sim.expected_tokens(probs.mean(), 5), N_SIGMA), est
+
+
+def test_bursty_trace_keeps_its_mean_but_not_the_iid_tau():
+    trace = sim.simulate_bursty_outcomes([0.95, 0.35], 0.02, 200_000, rng=np.random.default_rng(10))
+    # Long-run acceptance is the mean of the two states (the chain spends half its time in each;
+    # the standard error is inflated by the correlation, so the bound is loose on purpose).
+    assert abs(trace.mean() - 0.65) < 0.03
+    # Hard stretches cut many short steps and easy ones few long steps, so most steps fall in
+    # hard stretches: tokens per step fall well below the i.i.d. τ at the per-token mean.
+    est = sim.estimate_mean(sim.replay_outcomes(trace, 8))
+    assert est.mean < sim.expected_tokens(trace.mean(), 8) - N_SIGMA * est.sem
+    # With switch probability 1/2 the states are independent draws: back to the i.i.d. formula.
+    trace = sim.simulate_bursty_outcomes([0.95, 0.35], 0.5, 200_000, rng=np.random.default_rng(10))
+    est = sim.estimate_mean(sim.replay_outcomes(trace, 8))
+    assert est.agrees_with(sim.expected_tokens(0.65, 8), N_SIGMA), est
 
 
 def test_expected_speedup_against_simulated_speedup():
@@ -256,6 +286,20 @@ def test_mjsd_table1_worked_fit():
     share = fit.memory_share(b)
     assert share[0] > 0.9 and np.all(np.diff(share) < 0)
     assert fit.energy_beta(1.0) == pytest.approx(1.0)
+
+
+def test_energy_saving_over_speedup_is_the_ratio_of_costs():
+    fit = sim.fit_mjsd_table1()
+    # With a free draft, the ratio is β_T / β_E at batch γ + 1; both exceed 1 and β_E > β_T
+    # because energy per run grows faster with batch size than time per run does in Table 1.
+    ratio = sim.energy_saving_over_speedup(4, 0.0, 0.0, fit)
+    assert ratio == pytest.approx(fit.time_beta(5.0) / fit.energy_beta(5.0))
+    assert fit.energy_beta(5.0) > fit.time_beta(5.0) > 1.0
+    # MJSD Table 2 as stored: energy falls and speed rises for every row.
+    for row in sim.MJSD_TABLE2:
+        row = dict(zip(sim.MJSD_TABLE2_COLUMNS, row))
+        assert row["energy_mjsd_J"] < row["energy_speculative_J"] < row["energy_greedy_J"]
+        assert row["speedup_mjsd"] > row["speedup_speculative"] > 1.0
 
 
 # --------------------------------------------------------------------------- validation
