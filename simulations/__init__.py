@@ -7,9 +7,11 @@ Importing this package must not import torch (tested): it runs where no model do
 - :mod:`simulations.moe`: expected experts loaded and β for MoE verification (survey blog 004).
 - :mod:`simulations.energy`: E = P_flop·T_flop + P_mem·T_mem fitted to MJSD Table 1 (paper 000).
 - :mod:`simulations.montecarlo`: the accept/reject process and replay of acceptance traces.
+- :mod:`simulations.mentored`: KL-bounded mentored decoding (mentored blog 001).
+- :mod:`simulations.ppd`: dynamic sparse tree theory of parallel prompt decoding (PPD paper 002).
 """
 
-from . import energy, montecarlo, moe, speculative
+from . import energy, mentored, montecarlo, moe, ppd, speculative
 from .energy import (
     MJSD_TABLE1,
     MJSD_TABLE2,
@@ -60,7 +62,7 @@ from .speculative import (
 
 __all__ = [
     # modules
-    "energy", "montecarlo", "moe", "speculative",
+    "energy", "mentored", "montecarlo", "moe", "ppd", "speculative",
     # speculative (closed forms)
     "acceptance_rate", "expected_speedup", "expected_tokens", "expected_tokens_by_position",
     "implied_cost_ratio", "max_beta", "operations_factor", "optimal_gamma", "walltime_factor",
