@@ -1,0 +1,163 @@
+"""What the figure notebooks share: saving figures and tables, provenance, and the index.
+
+A notebook makes one :class:`Artifacts` for its stem and saves through it; every saved file is
+listed in ``figures/<stem>/index.json`` as {artifact, document, item, notebook, description}.
+``notebooks/run_notebooks.py`` then gathers those lists into ``figures/INDEX.md`` and
+``figures/index.json`` with :func:`write_index`. The index format lives only in this file.
+"""
+
+from __future__ import annotations
+
+import csv
+import datetime as _dt
+import json
+import platform
+import subprocess
+import sys
+from pathlib import Path
+
+INDEX_NAME = "index.json"
+
+
+def find_root(start: Path | None = None) -> Path:
+    """The repository root: the first directory up from ``start`` holding ``simulations/``."""
+    start = (start or Path.cwd()).resolve()
+    for path in (start, *start.parents):
+        if (path / "simulations").is_dir() and (path / "notebooks").is_dir():
+            return path
+    raise FileNotFoundError(f"no specrepro checkout above {start}")
+
+
+def provenance(root: Path, **parameters) -> dict:
+    """Date, git revision, interpreter and library versions, and the notebook's parameters."""
+    def git(*args: str) -> str:
+        try:
+            out = subprocess.run(["git", *args], cwd=root, capture_output=True, text=True, check=True)
+            return out.stdout.strip()
+        except (OSError, subprocess.CalledProcessError):
+            return "unknown"
+
+    versions = {}
+    for name in ("numpy", "scipy", "matplotlib"):
+        module = sys.modules.get(name)
+        versions[name] = getattr(module, "__version__", "not imported")
+    dirty = git("status", "--porcelain", "--untracked-files=no")
+    return {
+        "date_utc": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+        "git_revision": git("rev-parse", "HEAD") + (" (with uncommitted changes)" if dirty else ""),
+        "python": platform.python_version(),
+        "executable": sys.executable,
+        **versions,
+        **parameters,
+    }
+
+
+def _cell(value) -> str:
+    if isinstance(value, float):
+        return f"{value:.6g}"
+    return str(value)
+
+
+def _md(text) -> str:
+    """Text safe inside a Markdown table cell."""
+    return _cell(text).replace("|", "\\|").replace("\n", " ")
+
+
+class Artifacts:
+    """Writes one notebook's figures and tables under ``figures/<stem>/`` and indexes them.
+
+    Files listed in the previous run's index are removed first, so a renamed figure leaves no
+    stale copy behind; files the notebook did not write are left alone.
+    """
+
+    def __init__(self, stem: str, root: Path):
+        self.stem = stem
+        self.dir = Path(root) / "figures" / stem
+        self.dir.mkdir(parents=True, exist_ok=True)
+        self.entries: list[dict] = []
+        old_index = self.dir / INDEX_NAME
+        if old_index.exists():
+            for entry in json.loads(old_index.read_text()):
+                (self.dir.parent / entry["artifact"]).unlink(missing_ok=True)
+            old_index.unlink()
+
+    def _add(self, path: Path, document: str, item: str, description: str) -> None:
+        self.entries.append({
+            "artifact": path.relative_to(self.dir.parent).as_posix(),
+            "document": document,
+            "item": item,
+            "notebook": f"notebooks/{self.stem}.ipynb",
+            "description": description,
+        })
+        self._write_index()
+
+    def _write_index(self) -> None:
+        entries = sorted(self.entries, key=lambda e: e["artifact"])
+        (self.dir / INDEX_NAME).write_text(json.dumps(entries, indent=1, ensure_ascii=False) + "\n")
+
+    def figure(self, fig, name: str, *, document: str, item: str, description: str) -> list[Path]:
+        """Save ``fig`` as ``<name>.png`` (150 dpi) and ``<name>.pdf`` (no timestamp)."""
+        paths = [self.dir / f"{name}.png", self.dir / f"{name}.pdf"]
+        fig.savefig(paths[0], dpi=150, bbox_inches="tight")
+        fig.savefig(paths[1], bbox_inches="tight", metadata={"CreationDate": None})
+        for path in paths:
+            self._add(path, document, item, description)
+        return paths
+
+    def table(self, rows: list[dict], name: str, *, document: str, item: str,
+              description: str) -> list[Path]:
+        """Save a list of same-keyed dicts as ``<name>.csv`` and ``<name>.md`` (floats to 6 digits)."""
+        if not rows:
+            raise ValueError(f"table {name!r} has no rows")
+        columns = list(rows[0])
+        csv_path, md_path = self.dir / f"{name}.csv", self.dir / f"{name}.md"
+        with csv_path.open("w", newline="") as handle:
+            writer = csv.writer(handle, lineterminator="\n")
+            writer.writerow(columns)
+            writer.writerows([[_cell(row[c]) for c in columns] for row in rows])
+        lines = [f"| {' | '.join(columns)} |", "|" + "---|" * len(columns)]
+        lines += [f"| {' | '.join(_md(row[c]) for c in columns)} |" for row in rows]
+        md_path.write_text(f"**{item}** ({document}): {description}\n\n" + "\n".join(lines) + "\n")
+        for path in (csv_path, md_path):
+            self._add(path, document, item, description)
+        return [csv_path, md_path]
+
+
+def collect_index(figures: Path) -> list[dict]:
+    """Every entry of every ``figures/*/index.json``, sorted by artifact."""
+    entries = []
+    for index in sorted(Path(figures).glob(f"*/{INDEX_NAME}")):
+        entries.extend(json.loads(index.read_text()))
+    return sorted(entries, key=lambda e: e["artifact"])
+
+
+def write_index(figures: Path) -> tuple[Path, Path]:
+    """Write ``figures/INDEX.md`` and ``figures/index.json`` from the notebooks' own indexes.
+
+    Files under figures/ that no notebook lists are named at the end, so nothing goes unexplained.
+    """
+    figures = Path(figures)
+    entries = collect_index(figures)
+    listed = {e["artifact"] for e in entries}
+    own = {"INDEX.md", INDEX_NAME}
+    unlisted = sorted(
+        p.relative_to(figures).as_posix() for p in figures.rglob("*")
+        if p.is_file() and p.name not in own and p.relative_to(figures).as_posix() not in listed)
+    lines = [
+        "# Figures and tables",
+        "",
+        "Written by `notebooks/run_notebooks.py` from each notebook's `figures/<notebook>/index.json`;",
+        "do not edit by hand. Documents are the founding documents in `shared/seeds/`.",
+        "",
+        "| artifact | document | item | notebook | description |",
+        "|---|---|---|---|---|",
+    ]
+    for e in entries:
+        lines.append(f"| [{e['artifact']}]({e['artifact']}) | {_md(e['document'])} | "
+                     f"{_md(e['item'])} | `{e['notebook']}` | {_md(e['description'])} |")
+    if unlisted:
+        lines += ["", "## Files no notebook lists", ""] + [f"- `{p}`" for p in unlisted]
+    md, js = figures / "INDEX.md", figures / INDEX_NAME
+    md.write_text("\n".join(lines) + "\n")
+    js.write_text(json.dumps(entries, indent=1, ensure_ascii=False) + "\n")
+    return md, js
