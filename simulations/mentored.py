@@ -194,7 +194,8 @@ class _SortedRows:
         p_above = 1.0 - self._take(self.P, k_hi)
         with np.errstate(divide="ignore", invalid="ignore"):
             below = np.where(p_below > 0, -p_below * np.log(lo), 0.0)
-            above = np.where(p_above > 1e-15, -p_above * np.log(hi), 0.0)
+            # p_above is a difference of partial sums: at hi = inf it is rounding noise, not mass.
+            above = np.where(np.isfinite(hi) & (p_above > 0), -p_above * np.log(hi), 0.0)
         return below + above + self._take(self.S, k_hi) - self._take(self.S, k_lo)
 
 
@@ -213,13 +214,16 @@ def _bisect(kl_of, feasible: np.ndarray, infeasible: np.ndarray, bound: np.ndarr
 
 # -------------------------------------------------------------------------------------- solver
 
-def solve(p, q, bound) -> MentoredSolution:
+def solve(p, q, bound, *, blog_family: bool = False) -> MentoredSolution:
     """Optimal mentored-decoding rule (r, s) for target ``p`` and draft ``q`` under KL(p ‖ π) ≤ D.
 
     Args:
         p: target distribution(s), ``[V]`` or ``[B, V]`` (blog's ``q``).
         q: draft distribution(s), same shape (blog's ``p``).
         bound: D ≥ 0, scalar or ``[B]`` (blog's ``D``); ``np.inf`` allowed.
+        blog_family: restrict to the blog's family (α ∈ ]0, 1], tokens with p = 0 never accepted
+            unless KL(p ‖ q) ≤ D). Same answer except in the TARGET_ZERO range, where it is
+            suboptimal; kept to show that gap.
 
     Returns a :class:`MentoredSolution`. Limiting cases: D = 0 gives the standard speculative rule
     r = min(1, p/q), s = norm(max(0, p − q)), π = p (blog α = β = 1); KL(p ‖ q) ≤ D gives r = 1,
@@ -271,6 +275,9 @@ def solve(p, q, bound) -> MentoredSolution:
 
     # Step 2 — TARGET_ZERO (D1 ≤ D < KL(p‖q), only when m0 > 0): α = 0, binary search on β.
     tz = todo & ~clipped
+    if blog_family:  # the blog's α bottoms out at 1/max ρ: acceptance stays at its D1 value
+        lo[tz], hi[tz] = lo_top[tz], hi_top[tz]
+        tz = np.zeros_like(tz)
     if np.any(tz):
         rows_t = _subset(rows, tz)
         inf = np.full(tz.sum(), np.inf)
@@ -429,15 +436,21 @@ def _softmax(x: np.ndarray) -> np.ndarray:
     return e / e.sum(axis=-1, keepdims=True)
 
 
-def acceptance_curve(p, q, bounds) -> np.ndarray:
+def acceptance_curve(p, q, bounds, *, blog_family: bool = False, max_elements: int = 4_000_000) -> np.ndarray:
     """Optimal acceptance probability for each D in ``bounds``: ``[len(bounds)]`` or ``[len(bounds), B]``.
 
-    One batched :func:`solve` over every (D, row) pair.
+    Batched :func:`solve` calls over (D, row) pairs, at most ``max_elements`` entries per call.
     """
     bounds = np.asarray(bounds, dtype=np.float64).ravel()
     p2, q2 = np.atleast_2d(np.asarray(p, dtype=np.float64)), np.atleast_2d(np.asarray(q, dtype=np.float64))
-    n_rows = p2.shape[0]
-    rep_p = np.broadcast_to(p2, (bounds.size, *p2.shape)).reshape(-1, p2.shape[-1])  # [nD·B, V]
-    rep_q = np.broadcast_to(q2, (bounds.size, *q2.shape)).reshape(-1, q2.shape[-1])
-    accept = solve(rep_p, rep_q, np.repeat(bounds, n_rows)).accept_prob.reshape(bounds.size, n_rows)
+    n_rows, vocab = p2.shape
+    per_call = max(1, max_elements // (n_rows * vocab))  # bounds per solve call
+    out = []
+    for start in range(0, bounds.size, per_call):
+        chunk = bounds[start:start + per_call]
+        rep_p = np.broadcast_to(p2, (chunk.size, n_rows, vocab)).reshape(-1, vocab)  # [nD·B, V]
+        rep_q = np.broadcast_to(q2, (chunk.size, n_rows, vocab)).reshape(-1, vocab)
+        sol = solve(rep_p, rep_q, np.repeat(chunk, n_rows), blog_family=blog_family)
+        out.append(sol.accept_prob.reshape(chunk.size, n_rows))
+    accept = np.concatenate(out)
     return accept[:, 0] if np.ndim(p) == 1 else accept

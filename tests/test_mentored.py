@@ -209,6 +209,28 @@ def test_target_zero_regime_closed_form():
         assert sol.accept[2] == pytest.approx(sol.zero_target_accept)
         assert sol.kl == pytest.approx(bound, abs=1e-12)
     assert m.solve(p, q, np.log(1.25)).accept_prob == pytest.approx(1.0)
+    blog = m.solve(p, q, 0.1, blog_family=True)
+    assert blog.accept_prob == pytest.approx(0.8) and blog.accept[2] == 0.0 and blog.kl <= 0.1
+
+
+def test_blog_family_equals_optimum_without_target_zeros():
+    rng = np.random.default_rng(8)
+    p, q = m.random_pair(rng, 6, 200)
+    for bound in (0.0, 0.0006, 0.05, 0.5):
+        sol = m.solve(p, q, bound)
+        np.testing.assert_allclose(m.solve(p, q, bound, blog_family=True).accept_prob, sol.accept_prob, atol=1e-13)
+        assert not np.any(sol.regime == m.TARGET_ZERO)      # needs draft mass where p = 0
+        np.testing.assert_allclose(sol.kl[sol.regime == m.CLIPPED], bound, atol=1e-9)
+
+
+def test_many_random_rows_against_direct_kl():
+    rng = np.random.default_rng(9)
+    p, q = m.random_pair(rng, 64, 2000)
+    for bound in (0.000625, 0.01, 0.3):
+        sol = m.solve(p, q, bound)
+        active = m.kl_divergence(p, q) > bound
+        np.testing.assert_allclose(sol.kl[active], bound, atol=1e-9)
+        assert np.all(sol.accept_prob[active] < 1)
 
 
 def test_zeros_in_draft_and_target():
