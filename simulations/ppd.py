@@ -55,7 +55,7 @@ __all__ = [
     "Path", "TreeState", "DynamicSparseTree", "PAPER_TOPK_ANCHORS", "PAPER_TABLE1",
     "rank_probabilities", "topk_from_anchors", "path_probability", "expected_tokens",
     "last_accepted_probabilities", "transition_matrix", "steady_state", "two_step_tokens",
-    "amortized_tokens", "accept_length", "prompt_removal_loss", "optimal_candidate_tree",
+    "amortized_tokens", "accept_length", "accept_length_curve", "prompt_removal_loss", "optimal_candidate_tree",
     "allocate_prompts", "build_tree", "optimal_tree", "static_tree", "random_tree",
     "simulate_steps", "simulate_accepted", "theoretical_speedup", "best_tree_size",
     "linear_latency", "roofline_latency",
@@ -461,6 +461,25 @@ def random_tree(rank_probs, size: int, m: int, rng: np.random.Generator) -> Dyna
                 frontier.extend(node + (r,) for r in range(k_max))
         states.append(TreeState(tuple(chosen), (m,) * len(chosen)))
     return DynamicSparseTree(tuple(states), m)
+
+
+def accept_length_curve(rank_probs, sizes, m: int = 3, kind: str = "dynamic",
+                        rng: np.random.Generator | None = None, draws: int = 8) -> np.ndarray:
+    """τ(n) = 1 + R for each size n: ``kind`` "dynamic" (optimal), "static" or "random" (mean of
+    ``draws`` random trees) — the three curves of Fig. 8(a)."""
+    out = []
+    for n in sizes:
+        if kind == "dynamic":
+            out.append(accept_length(optimal_tree(rank_probs, int(n), m), rank_probs))
+        elif kind == "static":
+            out.append(accept_length(static_tree(rank_probs, int(n), m), rank_probs))
+        elif kind == "random":
+            gen = np.random.default_rng(0) if rng is None else rng
+            out.append(np.mean([accept_length(random_tree(rank_probs, int(n), m, gen), rank_probs)
+                                for _ in range(draws)]))
+        else:
+            raise ValueError(f"unknown kind {kind!r}")
+    return np.array(out)
 
 
 # -------------------------------------------------------------------------------- Monte Carlo
