@@ -288,6 +288,8 @@ def _ranked_paths(rank_key: bytes, shape: tuple[int, int], max_depth: int):
     """All paths of depth ≤ max_depth sorted by (−probability, length, path), with probabilities
     and parent positions in that order. Cached per accuracy table."""
     a = np.frombuffer(rank_key, dtype=np.float64).reshape(shape)
+    if sum(shape[1] ** d for d in range(1, max_depth + 1)) > 200_000:
+        raise ValueError(f"{shape[1]} ranks to depth {max_depth} is too many paths to enumerate")
     items = []
     for depth in range(1, max_depth + 1):
         for path in itertools.product(range(shape[1]), repeat=depth):
