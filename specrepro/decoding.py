@@ -1,0 +1,61 @@
+"""What every decoding loop shares: clocks, stopping, prompt checks."""
+from __future__ import annotations
+
+import time
+
+import torch
+
+from .config import DecodeConfig
+
+
+class Clock:
+    """Wall-clock seconds, synchronised with the device on CUDA so queued kernels are counted."""
+
+    def __init__(self, device: torch.device):
+        self.cuda = device.type == "cuda"
+
+    def now(self) -> float:
+        if self.cuda:
+            torch.cuda.synchronize()
+        return time.perf_counter()
+
+
+def model_device(model: torch.nn.Module) -> torch.device:
+    return next(model.parameters()).device
+
+
+def eos_ids(model: torch.nn.Module, tokenizer=None) -> set[int]:
+    """Every id that ends a generation: the generation config's eos ids and the tokenizer's."""
+    ids: set[int] = set()
+    for source in (getattr(getattr(model, "generation_config", None), "eos_token_id", None),
+                   getattr(tokenizer, "eos_token_id", None)):
+        if isinstance(source, int):
+            ids.add(source)
+        elif source is not None:
+            ids.update(int(i) for i in source)
+    return ids
+
+
+def check_prompt(prompt_ids: list[int], config: DecodeConfig, context_length: int) -> None:
+    if len(prompt_ids) == 0:
+        raise ValueError("the prompt is empty: give at least one token")
+    if len(prompt_ids) + config.max_new_tokens > context_length:
+        raise ValueError(
+            f"prompt of {len(prompt_ids)} tokens + max_new_tokens {config.max_new_tokens} exceeds the model's "
+            f"context of {context_length} tokens"
+        )
+
+
+def commit(ids: list[int], out: list[int], new: list[int], config: DecodeConfig, eos: set[int]) -> str | None:
+    """Append ``new`` to the committed sequence, stopping at EOS or max_new_tokens (never overshooting).
+
+    Returns the stop reason, or None to continue.
+    """
+    for t in new:
+        ids.append(t)
+        out.append(t)
+        if config.stop_at_eos and t in eos:
+            return "eos"
+        if len(out) >= config.max_new_tokens:
+            return "max_new_tokens"
+    return None

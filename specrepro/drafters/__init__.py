@@ -1,0 +1,4 @@
+from .base import Drafter, Proposal
+from .lm import LMDrafter
+
+__all__ = ["Drafter", "Proposal", "LMDrafter"]

@@ -1,0 +1,47 @@
+"""The record every generation returns, whatever the method."""
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+
+
+@dataclass
+class GenerationRecord:
+    method: str
+    token_ids: list[int]  # generated tokens only (the prompt excluded)
+    text: str = ""
+    prompt_tokens: int = 0
+    wall_time_s: float = 0.0  # device-synchronised on CUDA
+    target_calls: int = 0  # target forward passes, prefill included
+    draft_calls: int = 0  # draft model forward passes (0 for model-free drafts)
+    accept_lengths: list[int] = field(default_factory=list)  # draft tokens accepted, one per verifying target call
+    proposed_lengths: list[int] = field(default_factory=list)  # draft tokens offered, one per verifying target call
+    time_draft_s: float = 0.0
+    time_target_s: float = 0.0
+    time_other_s: float = 0.0
+    stop_reason: str = ""  # "eos" or "max_new_tokens"
+    config: dict = field(default_factory=dict)
+
+    @property
+    def new_tokens(self) -> int:
+        return len(self.token_ids)
+
+    @property
+    def tested(self) -> int:
+        """Draft tokens that met an accept test: all accepted ones plus the first rejected one."""
+        return sum(a + (a < g) for a, g in zip(self.accept_lengths, self.proposed_lengths))
+
+    @property
+    def alpha(self) -> float | None:
+        """Empirical acceptance rate α: accepted / tested (the maximum-likelihood α for i.i.d. accepts)."""
+        tested = self.tested
+        return sum(self.accept_lengths) / tested if tested else None
+
+    @property
+    def tokens_per_s(self) -> float:
+        return self.new_tokens / self.wall_time_s if self.wall_time_s > 0 else float("nan")
+
+    def to_dict(self) -> dict:
+        d = dataclasses.asdict(self)
+        d.update(new_tokens=self.new_tokens, alpha=self.alpha, tokens_per_s=self.tokens_per_s)
+        return d
