@@ -1,17 +1,47 @@
 """Text in, record out: tokenise (with the chat template), dispatch to a method, decode."""
 from __future__ import annotations
 
-from typing import Sequence
+import dataclasses
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Sequence
 
 from .autoregressive import autoregressive_generate
 from .config import DecodeConfig
 from .decoding import eos_ids
-from .drafters import Drafter, LMDrafter
+from .drafters import Drafter, LMDrafter, NGramDrafter, NGramTable, PromptLookupDrafter
 from .models import LoadedModel
 from .record import GenerationRecord
 from .speculative import speculative_generate
 
-METHODS = ("ar", "speculative")
+
+@dataclass(frozen=True)
+class Method:
+    """A decoding method: "ar", or the one speculative loop with a drafter built from ``draft``."""
+
+    needs: str | None  # what the ``draft`` argument must be: "draft model", "n-gram table" or None
+    build: Callable[[Any], Drafter] | None  # draft -> Drafter; None for "ar"
+
+
+def _ngram(order: int) -> Callable[[Any], Drafter]:
+    def build(draft: NGramTable | str | Path) -> Drafter:
+        table = draft if isinstance(draft, NGramTable) else NGramTable.load(draft)
+        if table.order < order:
+            raise ValueError(f"a {'bigram' if order == 2 else 'unigram'} draft needs an order-{order} table, "
+                             f"got a {table.name} table")
+        # A bigram table carries its unigram counts, so one fitted file serves both methods.
+        return NGramDrafter(dataclasses.replace(table, order=order))
+    return build
+
+
+REGISTRY: dict[str, Method] = {
+    "ar": Method(needs=None, build=None),
+    "speculative": Method(needs="draft model", build=lambda draft: LMDrafter(draft.model)),
+    "prompt-lookup": Method(needs=None, build=lambda draft: PromptLookupDrafter()),
+    "unigram": Method(needs="n-gram table", build=_ngram(1)),
+    "bigram": Method(needs="n-gram table", build=_ngram(2)),
+}
+METHODS = tuple(REGISTRY)
 
 Messages = Sequence[tuple[str, str]]
 
@@ -38,12 +68,18 @@ def encode_prompt(target: LoadedModel, prompt: str | Messages, chat_template: bo
     return tok(text, add_special_tokens=True)["input_ids"]
 
 
-def drafter_for(draft: LoadedModel | Drafter | None, method: str) -> Drafter:
+def drafter_for(draft: LoadedModel | Drafter | NGramTable | str | None, method: str) -> Drafter:
+    """The drafter of a speculative ``method``: ``draft`` itself if it is one, else built from it."""
+    if method not in REGISTRY or REGISTRY[method].build is None:
+        raise ValueError(f"{method!r} is not a speculative method; choose one of "
+                         f"{', '.join(m for m in METHODS if REGISTRY[m].build is not None)}")
     if isinstance(draft, Drafter):
         return draft
-    if draft is None:
-        raise ValueError(f"method {method!r} needs a draft (--draft NAME)")
-    return LMDrafter(draft.model)
+    needs = REGISTRY[method].needs
+    if needs is not None and draft is None:
+        flag = "--draft NAME" if needs == "draft model" else "--ngram-table FILE"
+        raise ValueError(f"method {method!r} needs a {needs} ({flag})")
+    return REGISTRY[method].build(draft)
 
 
 def single_sequence(prompt_ids) -> list[int]:
@@ -58,15 +94,19 @@ def single_sequence(prompt_ids) -> list[int]:
 
 
 def generate_ids(target: LoadedModel, prompt_ids, config: DecodeConfig,
-                 draft: LoadedModel | Drafter | None = None) -> GenerationRecord:
-    """Run ``config.method`` on token ids (batch size 1); returns the record with decoded text."""
+                 draft: LoadedModel | Drafter | NGramTable | str | None = None) -> GenerationRecord:
+    """Run ``config.method`` on token ids (batch size 1); returns the record with decoded text.
+
+    ``draft``: a draft model ("speculative"), an n-gram table or its .npz path ("unigram", "bigram"),
+    nothing ("ar", "prompt-lookup"), or a ready ``Drafter`` for any speculative method.
+    """
     prompt_ids = single_sequence(prompt_ids)
     eos = eos_ids(target.model, target.tokenizer)
     if config.method == "ar":
         rec = autoregressive_generate(target.model, prompt_ids, config, eos, target.context_length)
-    elif config.method == "speculative":
+    elif config.method in REGISTRY:
         rec = speculative_generate(target.model, drafter_for(draft, config.method), prompt_ids, config, eos,
-                                   context_length=target.context_length)
+                                   context_length=target.context_length, method=config.method)
     else:
         raise ValueError(f"unknown method {config.method!r}; choose one of {', '.join(METHODS)}")
     if target.tokenizer is not None:
@@ -75,5 +115,5 @@ def generate_ids(target: LoadedModel, prompt_ids, config: DecodeConfig,
 
 
 def generate(target: LoadedModel, prompt: str | Messages, config: DecodeConfig,
-             draft: LoadedModel | Drafter | None = None, chat_template: bool = True) -> GenerationRecord:
+             draft: LoadedModel | Drafter | NGramTable | str | None = None, chat_template: bool = True) -> GenerationRecord:
     return generate_ids(target, encode_prompt(target, prompt, chat_template), config, draft)
