@@ -1,0 +1,127 @@
+"""transformers ``model.generate`` baselines, run on the same model, prompt ids and settings as ours.
+
+- ``hf-ar``             ``generate(do_sample=T > 0, ...)``: plain decoding;
+- ``hf-assisted``       ``generate(assistant_model=draft, ...)`` with a constant γ drafts per step;
+- ``hf-prompt-lookup``  ``generate(prompt_lookup_num_tokens=γ)``.
+
+What transformers 5.23 needs (``generation/utils.py``, ``generation/candidate_generator.py``):
+
+- The assisted candidate generator reads ``num_assistant_tokens``, ``num_assistant_tokens_schedule`` and
+  ``assistant_confidence_threshold`` from the *assistant's* ``generation_config``, not from
+  ``generate``'s arguments. Its defaults (a confidence threshold of 0.4 that stops drafting early) would
+  make γ vary, so the assistant gets a copy of its generation config with γ, "constant" and threshold 0
+  for the duration of the call (a ``layers:K`` self-draft shares the target's config object, hence the
+  copy).
+- Values ``generate`` is not given are filled from the model's own ``generation_config``, so every
+  sampling knob is passed explicitly: ``top_k=0`` disables top-k, ``top_p=1.0`` disables nucleus.
+- Batch size 1 only (assisted decoding refuses more), as our loops.
+
+Randomness comes from torch's global generator, seeded with the run's seed before each call: at T > 0 the
+samples are exact draws from p but not the same draws as ours. Target and draft forward passes are counted
+with forward pre-hooks (a ``layers:K`` draft shares the target's hook table, so each hook checks which
+module it was called for); α is not observable from outside, so records say None.
+"""
+from __future__ import annotations
+
+import contextlib
+import copy
+from typing import Iterator
+
+import torch
+
+from .config import DecodeConfig
+from .decoding import Clock, check_prompt, model_device
+from .models import LoadedModel
+from .record import GenerationRecord
+
+HF_METHODS = ("hf-ar", "hf-assisted", "hf-prompt-lookup")
+# Our method that each baseline should reproduce token for token at T = 0.
+COUNTERPART = {"hf-ar": "ar", "hf-assisted": "speculative", "hf-prompt-lookup": "prompt-lookup"}
+
+
+def assisted_unsupported(draft: torch.nn.Module) -> str | None:
+    """Why transformers cannot use ``draft`` as an assistant model, or None if it can.
+
+    Assisted generation calls the assistant's own ``generate`` and reads its ``generation_config``: a draft
+    that is a plain ``torch.nn.Module`` shaped for our loop (a reduced-vocabulary draft, say) has neither.
+    """
+    from transformers import GenerationMixin
+    if not isinstance(draft, GenerationMixin) or getattr(draft, "generation_config", None) is None:
+        return (f"the draft is a {type(draft).__name__}, not a transformers generation model, so "
+                f"model.generate(assistant_model=...) cannot run it")
+    return None
+
+
+@contextlib.contextmanager
+def _count_calls(module: torch.nn.Module, counter: list[int]) -> Iterator[None]:
+    def hook(mod, args, kwargs):
+        if mod is module:
+            counter[0] += 1
+    handle = module.register_forward_pre_hook(hook, with_kwargs=True)
+    try:
+        yield
+    finally:
+        handle.remove()
+
+
+@contextlib.contextmanager
+def _assistant_settings(assistant: torch.nn.Module, gamma: int) -> Iterator[None]:
+    """Give the assistant a generation config with exactly γ drafts per step, restored afterwards."""
+    saved = assistant.generation_config
+    config = copy.deepcopy(saved)
+    config.num_assistant_tokens = gamma
+    config.num_assistant_tokens_schedule = "constant"
+    config.assistant_confidence_threshold = 0.0  # 0 disables the early stop on low draft confidence
+    assistant.generation_config = config
+    try:
+        yield
+    finally:
+        assistant.generation_config = saved
+
+
+def hf_generate(method: str, target: LoadedModel, prompt_ids: list[int], config: DecodeConfig,
+                eos: set[int], draft: LoadedModel | None = None) -> GenerationRecord:
+    """Run one transformers baseline; the record has the same fields as ours where they make sense."""
+    if method not in HF_METHODS:
+        raise ValueError(f"unknown transformers baseline {method!r}; choose one of {', '.join(HF_METHODS)}")
+    if method == "hf-assisted" and draft is None:
+        raise ValueError("hf-assisted needs a draft model (--draft NAME)")
+    if method == "hf-assisted" and (reason := assisted_unsupported(draft.model)):
+        raise ValueError(f"hf-assisted: {reason}")
+    check_prompt(prompt_ids, config, target.context_length)
+    model, s = target.model, config.sampling
+    device = model_device(model)
+    eos_list = sorted(eos) if config.stop_at_eos and eos else None
+    kwargs = dict(max_new_tokens=config.max_new_tokens, min_new_tokens=0, do_sample=not s.greedy,
+                  repetition_penalty=1.0, num_beams=1, eos_token_id=eos_list,
+                  pad_token_id=eos_list[0] if eos_list else 0)
+    if not s.greedy:  # the warpers run in our order (temperature, top-k, top-p); 0 / 1.0 disable the last two
+        kwargs.update(temperature=s.temperature, top_k=s.top_k, top_p=s.top_p)
+    settings: contextlib.AbstractContextManager = contextlib.nullcontext()
+    if method == "hf-assisted":
+        kwargs.update(assistant_model=draft.model, num_assistant_tokens=config.gamma,
+                      num_assistant_tokens_schedule="constant")
+        settings = _assistant_settings(draft.model, config.gamma)
+    elif method == "hf-prompt-lookup":
+        kwargs.update(prompt_lookup_num_tokens=config.gamma)
+
+    input_ids = torch.tensor([prompt_ids], dtype=torch.long, device=device)  # [1, T]
+    attention_mask = torch.ones_like(input_ids)
+    target_calls, draft_calls = [0], [0]
+    clock = Clock(device)
+    torch.manual_seed(config.seed)
+    with settings, _count_calls(model, target_calls), contextlib.ExitStack() as stack:
+        if method == "hf-assisted":
+            stack.enter_context(_count_calls(draft.model, draft_calls))
+        start = clock.now()
+        with torch.inference_mode():
+            out = model.generate(input_ids=input_ids, attention_mask=attention_mask, **kwargs)  # [1, T + n]
+        wall = clock.now() - start
+    tokens = out[0, len(prompt_ids):].tolist()
+    stop = "eos" if eos_list and tokens and tokens[-1] in eos else "max_new_tokens"
+    rec = GenerationRecord(method=method, token_ids=tokens, prompt_tokens=len(prompt_ids), wall_time_s=wall,
+                           target_calls=target_calls[0], draft_calls=draft_calls[0], time_other_s=wall,
+                           stop_reason=stop, config=config.to_dict())
+    if target.tokenizer is not None:
+        rec.text = target.tokenizer.decode(tokens, skip_special_tokens=True)
+    return rec

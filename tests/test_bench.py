@@ -1,0 +1,171 @@
+"""The benchmark on a tiny model pair: files, summary arithmetic, resume after an interruption, refusals."""
+from __future__ import annotations
+
+import csv
+import json
+
+import pytest
+import torch
+
+from specrepro.bench import (SUMMARY_COLUMNS, BenchConfig, BenchPrompt, ResumeMismatch, load_records,
+                             measure_costs, predicted_speedup, run_bench)
+from specrepro.drafters import fit_ngram
+from specrepro.models import LoadedModel, layer_skip_draft, tiny_model
+
+METHODS = ("ar", "speculative", "prompt-lookup", "bigram", "hf-ar", "hf-assisted", "hf-prompt-lookup")
+
+
+@pytest.fixture(scope="module", autouse=True)
+def one_thread():
+    saved = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(saved)
+
+
+@pytest.fixture(scope="module")
+def pair():
+    target = LoadedModel("tiny", tiny_model(vocab_size=32, n_layers=2, hidden=16, seed=0), None)
+    return target, LoadedModel("layers:1", layer_skip_draft(target.model, 1), None)
+
+
+@pytest.fixture(scope="module")
+def table_path(tmp_path_factory):
+    g = torch.Generator().manual_seed(0)
+    table = fit_ngram(torch.randint(0, 32, (10, 10), generator=g).tolist(), 32, order=2)
+    return str(table.save(tmp_path_factory.mktemp("ngram") / "bigram.npz"))
+
+
+PROMPTS = [BenchPrompt("a", [5, 7, 9, 11, 5, 7]), BenchPrompt("b", [3, 4, 3, 4, 3]),
+           BenchPrompt("c", [8, 1, 6, 1, 8, 1])]
+
+
+def config(table_path, **changes) -> BenchConfig:
+    base = dict(methods=METHODS, target="tiny", draft="layers:1", prompts="test", max_new_tokens=8, gamma=3,
+                repeats=2, ngram_table=table_path, warmup_tokens=2, cost_repeats=2)
+    return BenchConfig(**{**base, **changes})
+
+
+def run(cfg, out, pair, **kw):
+    target, draft = pair
+    return run_bench(cfg, out, target=target, draft=draft, prompts=PROMPTS, progress=False, **kw)
+
+
+def test_writes_records_summary_provenance(tmp_path, pair, table_path):
+    result = run(config(table_path), tmp_path, pair)
+    records = [json.loads(line) for line in (tmp_path / "records.jsonl").read_text().splitlines()]
+    assert len(records) == len(METHODS) * len(PROMPTS) * 2
+    assert records[0]["method"] == "ar" and [r["method"] for r in records[:len(METHODS)]] == list(METHODS)
+    assert {r["seed"] for r in records} == {0, 1}  # seed = base seed + repeat
+    for r in records:
+        assert r["new_tokens"] == len(r["token_ids"]) and r["wall_time_s"] > 0
+        assert r["alpha"] is None or 0 <= r["alpha"] <= 1
+
+    with open(tmp_path / "summary.csv", newline="") as handle:
+        rows = {row["method"]: row for row in csv.DictReader(handle)}
+    assert set(rows) == set(METHODS) and set(SUMMARY_COLUMNS) <= set(next(iter(rows.values())))
+    assert float(rows["ar"]["speedup"]) == 1.0
+    by_method = {row["method"]: row for row in result.summary}
+    spec = by_method["speculative"]
+    recs = [r for r in records if r["method"] == "speculative"]
+    tps = sum(r["new_tokens"] for r in recs) / sum(r["wall_time_s"] for r in recs)
+    assert spec["tokens_per_s"] == pytest.approx(tps)
+    assert spec["speedup"] == pytest.approx(tps / by_method["ar"]["tokens_per_s"])
+    assert spec["predicted_speedup"] == pytest.approx(
+        predicted_speedup(spec["alpha"], 3, spec["c"], spec["beta"]))
+    assert spec["efficiency"] == pytest.approx(spec["speedup"] / spec["predicted_speedup"])
+    assert by_method["prompt-lookup"]["c"] == 0.0 and by_method["bigram"]["c"] == 0.0
+    # T = 0: every method, ours or transformers', reproduces greedy decoding on this fp32 model.
+    for method in METHODS[1:]:
+        assert by_method[method]["identical_to_ar"] == 1.0, method
+    for method in ("hf-ar", "hf-assisted", "hf-prompt-lookup"):
+        assert by_method[method]["identical_to_counterpart"] == 1.0, method
+
+    prov = json.loads((tmp_path / "provenance.json").read_text())
+    session = prov["sessions"][0]
+    assert {"git_revision", "versions", "device", "dtype", "threads", "seeds", "costs"} <= set(session)
+    assert session["threads"] == 1 and session["seeds"] == [0, 1]
+    assert session["costs"]["beta"] > 0 and session["costs"]["c"] > 0
+    assert prov["config"]["methods"] == list(METHODS)
+
+
+def test_interrupted_run_resumes_without_duplicates(tmp_path, pair, table_path):
+    cfg = config(table_path, methods=("ar", "prompt-lookup", "hf-ar"))
+
+    def interrupt_after(k):
+        seen = []
+        def on_record(record):
+            seen.append(record)
+            if len(seen) == k:
+                raise KeyboardInterrupt
+        return on_record
+
+    with pytest.raises(KeyboardInterrupt):
+        run(cfg, tmp_path, pair, on_record=interrupt_after(4))
+    assert len(load_records(tmp_path)) == 4 and not (tmp_path / "summary.csv").exists()
+    # A line cut off mid-write is dropped on resume, not duplicated or left to corrupt the file.
+    with open(tmp_path / "records.jsonl", "a") as handle:
+        handle.write('{"method": "ar", "prompt_')
+    written = []
+    result = run(cfg, tmp_path, pair, on_record=written.append)
+    keys = [(r["method"], r["prompt_id"], r["repeat"]) for r in load_records(tmp_path)]
+    assert len(keys) == len(set(keys)) == 3 * len(PROMPTS) * 2
+    assert len(written) == len(keys) - 4  # only the missing ones were run
+    assert len(result.provenance["sessions"]) == 2
+    run(cfg, tmp_path, pair, on_record=written.append)  # complete: nothing more runs
+    assert len(load_records(tmp_path)) == len(keys) and len(written) == len(keys) - 4
+
+
+def test_refuses_to_resume_with_other_arguments(tmp_path, pair, table_path):
+    cfg = config(table_path, methods=("ar",), repeats=1)
+    run(cfg, tmp_path, pair)
+    with pytest.raises(ResumeMismatch, match="max_new_tokens"):
+        run(config(table_path, methods=("ar",), repeats=1, max_new_tokens=9), tmp_path, pair)
+    target, draft = pair
+    with pytest.raises(ResumeMismatch, match="prompt_digest"):  # same arguments, other prompts
+        run_bench(cfg, tmp_path, target=target, prompts=PROMPTS[:2], progress=False)
+
+
+class PlainDraft(torch.nn.Module):
+    """A draft our loop can run but transformers cannot assist with (no generate, no generation_config)."""
+
+    def __init__(self, inner):
+        super().__init__()
+        self.inner, self.config = inner, inner.config
+
+    def forward(self, **kwargs):
+        return self.inner(**kwargs)
+
+
+def test_hf_assisted_is_skipped_for_a_draft_transformers_cannot_run(tmp_path, pair, table_path):
+    target, draft = pair
+    plain = LoadedModel("plain", PlainDraft(draft.model), None)
+    cfg = config(table_path, methods=("ar", "speculative", "hf-assisted"), repeats=1)
+    result = run_bench(cfg, tmp_path, target=target, draft=plain, prompts=PROMPTS[:1], progress=False)
+    rows = {r["method"]: r for r in result.summary}
+    assert rows["speculative"]["n"] == 1 and rows["hf-assisted"]["n"] == 0
+    assert "not a transformers generation model" in result.provenance["sessions"][0]["skipped"]["hf-assisted"]
+
+
+def test_config_validation(table_path):
+    with pytest.raises(ValueError, match="unknown method"):
+        config(table_path, methods=("ar", "medusa"))
+    with pytest.raises(ValueError, match="twice"):
+        config(table_path, methods=("ar", "ar"))
+
+
+def test_measure_costs_reports_ratios(pair):
+    target, draft = pair
+    costs = measure_costs(target.model, draft.model, list(range(12)), gamma=3, repeats=2, warmup=1)
+    assert costs["beta"] == pytest.approx(costs["t_target_verify_s"] / costs["t_target_1_s"])
+    assert costs["c"] == pytest.approx(costs["t_draft_1_s"] / costs["t_target_1_s"])
+    assert measure_costs(target.model, None, list(range(12)), 3, repeats=1, warmup=0)["c"] is None
+
+
+def test_cli_accepts_the_make_bench_arguments():
+    from specrepro.__main__ import build_parser
+    args = build_parser().parse_args(
+        "bench --methods ar,speculative,prompt-lookup,hf-assisted,hf-prompt-lookup --target smollm2-135m-instruct "
+        "--draft smollm2-135m-draft --suite mixed --max-new-tokens 64 --temperature 0 --gamma 4 --repeats 1 "
+        "--out figures/bench".split())
+    assert args.func.__name__ == "cmd_bench" and args.suite == "mixed" and args.gamma == 4
