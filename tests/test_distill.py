@@ -1,0 +1,138 @@
+"""Draft distillation: divergences on hand-made distributions, the reduced-vocabulary draft stays exact in the
+verification loop, save/load, and a tiny end-to-end ``distill`` run."""
+import json
+import math
+
+import pytest
+import torch
+
+from specrepro.autoregressive import autoregressive_generate
+from specrepro.config import DecodeConfig, SamplingConfig
+from specrepro.distill import (DIVERGENCES, ChatFormat, DistillConfig, coarsen, distill, fkl, jsd, rkl, tvd)
+from specrepro.draft_model import draft_from_target, load_draft_model, save_draft
+from specrepro.drafters import LMDrafter
+from specrepro.models import LoadedModel, check_pair, load_model, tiny_model
+from specrepro.speculative import speculative_generate
+
+P = torch.tensor([0.5, 0.3, 0.2, 0.0])
+Q = torch.tensor([0.25, 0.25, 0.25, 0.25])
+
+
+def _kl(a, b):
+    return sum(x * math.log(x / y) for x, y in zip(a, b) if x > 0)
+
+
+@pytest.mark.parametrize("name", sorted(DIVERGENCES))
+def test_divergence_zero_when_equal(name):
+    p = torch.softmax(torch.randn(3, 7, generator=torch.Generator().manual_seed(0)), -1)
+    assert torch.allclose(DIVERGENCES[name](p, p.log()), torch.zeros(3), atol=1e-6)
+
+
+def test_divergence_known_values():
+    p, q = P.tolist(), Q.tolist()
+    m = [(x + y) / 2 for x, y in zip(p, q)]
+    assert float(fkl(P, Q.log())) == pytest.approx(_kl(p, q), rel=1e-5)
+    assert float(rkl(P, Q.log())) == pytest.approx(_kl(q, [max(x, 1e-12) for x in p]), rel=1e-5)  # p = 0: huge
+    assert float(jsd(P, Q.log())) == pytest.approx(0.5 * _kl(p, m) + 0.5 * _kl(q, m), rel=1e-5)
+    assert float(tvd(P, Q.log())) == pytest.approx(0.5 * sum(abs(x - y) for x, y in zip(p, q)))
+    assert float(jsd(P, Q.log())) <= math.log(2)
+
+
+def test_tvd_is_one_minus_acceptance_rate():
+    g = torch.Generator().manual_seed(1)
+    p = torch.softmax(3 * torch.randn(100, 9, generator=g), -1)
+    q = torch.softmax(3 * torch.randn(100, 9, generator=g), -1)
+    alpha = torch.minimum(p, q).sum(-1)  # α = Σ min(p, q)
+    assert torch.allclose(tvd(p, q.log()), 1 - alpha, atol=1e-6)
+
+
+def test_divergences_finite_gradients_with_zero_mass():
+    """q = 0 where p = 0 (a token the draft cannot emit) must give finite losses and no NaN gradients."""
+    p = torch.tensor([[0.6, 0.4, 0.0]])
+    z = torch.tensor([[0.3, -0.2, float("-inf")]], requires_grad=True)
+    for name, div in DIVERGENCES.items():
+        loss = div(p, z.log_softmax(-1)).sum()
+        loss.backward()
+        assert torch.isfinite(loss), name
+        assert not torch.isnan(z.grad).any(), name
+        z.grad = None
+
+
+def test_coarsen_moves_unkept_teacher_mass_to_rest():
+    # V = 6, the draft keeps ids 0, 2, 4 (draft indices 0, 1, 2); teacher top-2 = ids 2 and 5 (5 is not kept).
+    token_map = torch.tensor([0, 3, 1, 3, 2, 3])
+    logq_kept = torch.tensor([[0.2, 0.5, 0.3]]).log()  # [1, N=3]
+    p, logq = coarsen(logq_kept, token_map, torch.tensor([[2, 5]]), torch.tensor([[0.6, 0.3]]), torch.tensor([0.1]))
+    assert torch.allclose(p, torch.tensor([[0.6, 0.0, 0.4]]))
+    assert torch.allclose(logq.exp(), torch.tensor([[0.5, 0.0, 0.5]]), atol=1e-6)
+
+
+def _tiny_draft(target, kept):
+    return draft_from_target(target, torch.tensor(kept), n_layers=1).eval().requires_grad_(False)
+
+
+def test_reduced_vocab_logits_and_exact_greedy():
+    target = tiny_model(vocab_size=64, n_layers=2, hidden=32, seed=2)
+    kept = list(range(0, 64, 2))
+    draft = _tiny_draft(target, kept)
+    check_pair(LoadedModel("draft", draft, None), LoadedModel("target", target, None))
+    logits = draft(torch.tensor([[1, 3, 4, 63]])).logits  # odd ids are not kept: they share the "other" row
+    assert logits.shape == (1, 4, 64)
+    outside = torch.ones(64, dtype=torch.bool)
+    outside[kept] = False
+    assert torch.isinf(logits[..., outside]).all() and (logits[..., outside] < 0).all()
+    assert torch.isfinite(logits[..., kept]).all()
+
+    prompt = [1, 5, 9, 12]
+    ar = autoregressive_generate(target, prompt, DecodeConfig(method="ar", max_new_tokens=24, stop_at_eos=False))
+    spec = speculative_generate(target, LMDrafter(draft), prompt,
+                                DecodeConfig(max_new_tokens=24, gamma=4, stop_at_eos=False))
+    assert spec.token_ids == ar.token_ids
+
+
+def test_reduced_vocab_draft_proposes_only_kept_tokens():
+    target = tiny_model(vocab_size=64, n_layers=2, hidden=32, seed=2)
+    kept = list(range(0, 64, 3))
+    drafter = LMDrafter(_tiny_draft(target, kept))
+    g = torch.Generator().manual_seed(0)
+    for _ in range(5):
+        prop = drafter.propose([1, 2, 3], 4, SamplingConfig(temperature=1.0), g)
+        assert set(prop.tokens.tolist()) <= set(kept)
+        outside = torch.ones(64, dtype=torch.bool)
+        outside[kept] = False
+        assert (prop.probs[:, outside] == 0).all()
+
+
+def test_save_load_roundtrip(tmp_path):
+    target = tiny_model(vocab_size=64, n_layers=2, hidden=32, seed=2)
+    draft = _tiny_draft(target, list(range(40)))
+    save_draft(draft, tmp_path / "d", note="test")
+    loaded, tok = load_draft_model(tmp_path / "d", dtype=torch.float32)
+    ids = torch.tensor([[1, 2, 50, 7]])
+    expect = draft.to(torch.bfloat16).float()(ids).logits  # the folder stores bf16 weights
+    assert tok is None
+    assert torch.allclose(loaded(ids).logits, expect, atol=1e-5, equal_nan=True)
+    via_zoo_loader = load_model(str(tmp_path / "d"), dtype="fp32", device="cpu")
+    assert via_zoo_loader.vocab_size == 64
+
+
+def test_tiny_end_to_end_distill(tmp_path):
+    target = LoadedModel("tiny", tiny_model(vocab_size=64, n_layers=2, hidden=32, seed=1), None)
+    cfg = DistillConfig(target="tiny", shards=2, gen_batch=8, user_max_new=8, answer_max_new=12, top_k=8,
+                        n_layers=1, n_kept=40, steps=30, batch_size=8, lr=3e-3, warmup=3, eval_max_new=12,
+                        cost_steps=3)
+    chat = ChatFormat((1, 5, 6), 2, (7, 8))
+    prompts = {"held-out": [[1, 5, 6, 9, 10, 2, 7, 8]]}
+    rec = distill(cfg, tmp_path, target=target, chat=chat, eval_prompts=prompts, command=["test"])
+    for f in ("config.json", "training_record.json", "draft/model.safetensors", "draft/draft_config.json",
+              "data/shard_00000.pt", "data/shard_00001.pt"):
+        assert (tmp_path / f).is_file(), f
+    saved = json.loads((tmp_path / "training_record.json").read_text())
+    assert saved["train"]["steps"] == 30 and saved["seed"] == 0 and saved["command"] == ["test"]
+    assert rec["train"]["val_loss_after"] < rec["train"]["val_loss_before"]
+    assert 0 <= rec["alpha"]["T=0"]["alpha"] <= 1 and 0 <= rec["alpha"]["T=1"]["alpha"] <= 1
+    assert rec["cost"]["c"] > 0 and rec["data"]["teacher_rows"] > 0
+    # Resumable: a second run reuses every shard.
+    again = distill(cfg.__class__(**{**cfg.to_dict(), "steps": 2}), tmp_path, target=target, chat=chat,
+                    eval_prompts=prompts, command=["test"])
+    assert again["data"]["shards_generated_now"] == 0
