@@ -19,7 +19,8 @@ Files in ``DIR``:
 - ``config.json``      the arguments; a restart into ``DIR`` with different ones is refused (:class:`ResumeMismatch`);
 - ``records.jsonl``    one record per (method, prompt_id, repeat), appended and flushed as each finishes;
                        a restart skips those already written;
-- ``provenance.json``  git revision, versions, device, dtype, threads, seeds, c and β of every session;
+- ``provenance.json``  git revision, versions, device, dtype, threads, load, seeds, c and β of every session,
+                       and the T = 0 cross-check (records whose tokens differ from ar or their counterpart);
 - ``summary.csv``      per method: tokens/s, speedup vs ``ar``, α, tokens per target call, c, β, the
                        predicted speedup (survey blog, *Batch Size*: (1 − α^{γ+1}) / ((1 − α)(γc + β)))
                        and efficiency = measured / predicted speedup; written at the end (tmp + rename).
@@ -43,7 +44,6 @@ from typing import Callable, Sequence
 
 import torch
 
-from .autoregressive import autoregressive_generate
 from .config import DecodeConfig, SamplingConfig
 from .decoding import Clock, eos_ids, model_device
 from .drafters import Drafter
@@ -510,7 +510,11 @@ def run_bench(config: BenchConfig, out: str | Path, *, target: LoadedModel | Non
     costs = _pooled_costs(provenance["sessions"])
     summary = summarize(records, config, costs)
     write_summary(out, summary)
-    for line in mismatches(records, config):
+    # The T = 0 cross-check: every method should reproduce greedy decoding token for token; in bf16 a
+    # (γ+1)-token forward can round differently from a 1-token one and flip a near-tie argmax.
+    provenance["t0_mismatches"] = mismatches(records, config)
+    _write_atomic(prov_path, json.dumps(provenance, indent=1) + "\n")
+    for line in provenance["t0_mismatches"]:
         print(f"specrepro bench: T=0 tokens differ: {line}", file=sys.stderr)
     return BenchResult(out=out, records=records, summary=summary, provenance=provenance)
 
@@ -524,15 +528,36 @@ def _pooled_costs(sessions: list[dict]) -> dict:
 
 
 def target_corpus(target: LoadedModel, prompts: Sequence[BenchPrompt], max_new_tokens: int,
-                  sampling: SamplingConfig, seed: int = 0) -> list[list[int]]:
-    """What the target itself generates for each prompt (plain decoding, seed + i): the text that the
-    slides' n-gram drafts are fitted on (``drafters.fit_ngram``)."""
+                  sampling: SamplingConfig, seed: int = 0, batch_size: int = 16) -> list[list[int]]:
+    """What the target itself generates for each prompt: the text the slides' n-gram drafts are fitted on.
+
+    Batched transformers ``generate`` (left-padded, with an attention mask) sampling from the same warped p
+    as our loops, seeded once with ``seed``; each continuation is cut before its first EOS. Only the
+    generated tokens are returned, so prompt text never enters a table.
+    """
     eos = eos_ids(target.model, target.tokenizer)
-    out = []
-    for i, prompt in enumerate(prompts):
-        config = DecodeConfig(method="ar", max_new_tokens=max_new_tokens, sampling=sampling, seed=seed + i)
-        out.append(autoregressive_generate(target.model, prompt.ids, config, eos, target.context_length).token_ids)
-    return out
+    pad = min(eos) if eos else 0
+    kwargs = dict(max_new_tokens=max_new_tokens, do_sample=not sampling.greedy, eos_token_id=sorted(eos) or None,
+                  pad_token_id=pad, repetition_penalty=1.0)
+    if not sampling.greedy:
+        kwargs.update(temperature=sampling.temperature, top_k=sampling.top_k, top_p=sampling.top_p)
+    device = model_device(target.model)
+    torch.manual_seed(seed)
+    corpus = []
+    for start in range(0, len(prompts), batch_size):
+        chunk = prompts[start:start + batch_size]
+        width = max(len(p.ids) for p in chunk)
+        ids = torch.full((len(chunk), width), pad, dtype=torch.long)  # [B, T] left-padded
+        mask = torch.zeros_like(ids)
+        for row, p in enumerate(chunk):
+            ids[row, width - len(p.ids):] = torch.tensor(p.ids)
+            mask[row, width - len(p.ids):] = 1
+        with torch.inference_mode():
+            out = target.model.generate(input_ids=ids.to(device), attention_mask=mask.to(device), **kwargs)
+        for row in out[:, width:].tolist():  # [B, n] generated part
+            cut = next((i for i, t in enumerate(row) if t in eos), len(row))
+            corpus.append(row[:cut])
+    return corpus
 
 
 def run_sweep(base: BenchConfig, out: str | Path, gammas: Sequence[int], temperatures: Sequence[float],

@@ -8,8 +8,10 @@ import pytest
 import torch
 
 from specrepro.bench import (SUMMARY_COLUMNS, BenchConfig, BenchPrompt, ResumeMismatch, load_records,
-                             measure_costs, predicted_speedup, run_bench)
+                             measure_costs, predicted_speedup, run_bench, target_corpus)
+from specrepro.config import DecodeConfig, SamplingConfig
 from specrepro.drafters import fit_ngram
+from specrepro.generate import generate_ids
 from specrepro.models import LoadedModel, layer_skip_draft, tiny_model
 
 METHODS = ("ar", "speculative", "prompt-lookup", "bigram", "hf-ar", "hf-assisted", "hf-prompt-lookup")
@@ -160,6 +162,18 @@ def test_measure_costs_reports_ratios(pair):
     assert costs["beta"] == pytest.approx(costs["t_target_verify_s"] / costs["t_target_1_s"])
     assert costs["c"] == pytest.approx(costs["t_draft_1_s"] / costs["t_target_1_s"])
     assert measure_costs(target.model, None, list(range(12)), 3, repeats=1, warmup=0)["c"] is None
+
+
+def test_target_corpus_is_what_the_target_generates(pair):
+    target, _ = pair
+    greedy = target_corpus(target, PROMPTS, 6, SamplingConfig(temperature=0.0), batch_size=2)
+    assert len(greedy) == len(PROMPTS)
+    for prompt, seq in zip(PROMPTS, greedy):  # left padding changes nothing: greedy continuations match ours
+        ar = generate_ids(target, prompt.ids, DecodeConfig(method="ar", max_new_tokens=6)).token_ids
+        assert seq == ar[:len(seq)] and 2 not in seq  # cut before EOS (id 2 in the tiny config)
+    sampled = target_corpus(target, PROMPTS, 6, SamplingConfig(temperature=1.0), seed=1)
+    assert sampled == target_corpus(target, PROMPTS, 6, SamplingConfig(temperature=1.0), seed=1)
+    assert all(0 <= t < 32 for seq in sampled for t in seq)
 
 
 def test_cli_accepts_the_make_bench_arguments():
