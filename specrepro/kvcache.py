@@ -44,13 +44,15 @@ class CachedModel:
             self.cache.crop(-drop)
             del self.ids[keep:]
 
-    def logits_for(self, ids: list[int]) -> torch.Tensor:
-        """Score ``ids``: returns logits [n_new, V] for the positions not already cached.
+    def logits_for(self, ids: list[int], n_last: int = 1) -> torch.Tensor:
+        """Score ``ids``: returns logits [n_new, V] for the positions not already cached, n_new >= n_last.
 
-        Row i is the next-token distribution after ids[: len(ids) - n_new + i + 1]. At least the last
-        position is always computed, so the final row is the next-token logits after all of ``ids``.
+        Row i is the next-token distribution after ids[: len(ids) - n_new + i + 1], so the final row is
+        the next-token logits after all of ``ids``. At least the last ``n_last`` positions are computed.
         """
-        keep = min(common_prefix(self.ids, ids), len(ids) - 1)
+        if not 1 <= n_last <= len(ids):
+            raise ValueError(f"n_last must be in [1, {len(ids)}], got {n_last}")
+        keep = min(common_prefix(self.ids, ids), len(ids) - n_last)
         self.rollback(keep)
         new = torch.tensor([ids[keep:]], dtype=torch.long, device=self.device)  # [1, n_new]
         with torch.inference_mode():

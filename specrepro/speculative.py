@@ -49,7 +49,7 @@ def speculative_generate(target: torch.nn.Module, drafter: Drafter, prompt_ids: 
         g = len(drafts)
 
         # 2. Verify: one target forward over the newest committed token and the g drafts -> g+1 rows.
-        logits = p_model.logits_for(ids + drafts)[-(g + 1):]  # [g+1, V]
+        logits = p_model.logits_for(ids + drafts, n_last=g + 1)[-(g + 1):]  # [g+1, V]
         t2 = clock.now()
         p = warp(logits, config.sampling)  # [g+1, V]
         draft_tokens = torch.tensor(drafts, dtype=torch.long, device=p.device)  # [g]

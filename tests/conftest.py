@@ -1,0 +1,28 @@
+import pytest
+import torch
+
+from specrepro.models import LoadedModel, tiny_model
+
+
+@pytest.fixture(scope="session")
+def tiny_pair():
+    """A tiny random target p and a different tiny random draft q over the same 10-token vocabulary."""
+    target = tiny_model(vocab_size=10, n_layers=2, hidden=32, seed=0)
+    draft = tiny_model(vocab_size=10, n_layers=1, hidden=32, seed=1)
+    return target, draft
+
+
+@pytest.fixture(scope="session")
+def tiny_pair_64():
+    target = tiny_model(vocab_size=64, n_layers=2, hidden=32, seed=2)
+    draft = tiny_model(vocab_size=64, n_layers=1, hidden=32, seed=3)
+    return target, draft
+
+
+def loaded(model, name="tiny"):
+    return LoadedModel(name=name, model=model, tokenizer=None)
+
+
+@pytest.fixture(autouse=True)
+def _deterministic_threads():
+    torch.set_num_threads(max(1, min(2, torch.get_num_threads())))
