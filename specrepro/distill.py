@@ -52,24 +52,25 @@ class DistillConfig:
     target: str = "smollm2-135m-instruct"
     seed: int = 0
     # data
-    shards: int = 9  # one shard = one batch of target-written conversations
+    shards: int = 12  # one shard = one batch of target-written conversations
     gen_batch: int = 64  # sequences generated together (HF generate, batched)
     gen_dtype: str = "fp32"  # fp32 was faster than bf16 for batched generation on this CPU (no bf16 units)
     user_max_new: int = 48  # tokens for the sampled user turn
     answer_max_new: int = 128  # tokens for the target's answer
     top_k: int = 32  # teacher probabilities kept per position (plus the tail mass)
     # draft
-    n_layers: int = 2  # decoder layers, initialised from the target's first layers
+    n_layers: int = 3  # decoder layers, initialised from the target's first layers
     n_kept: int = 8192  # N: output vocabulary (the most likely tokens of the generated text)
     # training
     divergence: str = "fkl"  # fkl | rkl | jsd | tvd
-    steps: int = 150
+    steps: int = 300
     batch_size: int = 16  # sequences per step
     max_len: int = 256  # positions per training sequence
-    lr: float = 1e-3
+    lr: float = 2e-3
     warmup: int = 20
+    val_every: int = 25  # steps between validation losses; the best validated weights are kept
     # evaluation (held-out suite prompts)
-    eval_per_suite: int = 4
+    eval_per_suite: int = 3
     eval_max_new: int = 64
     gamma: int = 4
     cost_steps: int = 24  # decode steps timed for c
@@ -321,24 +322,36 @@ def train_step(draft: ReducedVocabDraft, batch: DistillBatch, divergence: str,
     return loss.item()
 
 
-def train(draft: ReducedVocabDraft, examples: list[Example], cfg: DistillConfig) -> list[float]:
-    """AdamW with linear warm-up and cosine decay to 10%; batches drawn by a seeded generator."""
+def train(draft: ReducedVocabDraft, examples: list[Example], cfg: DistillConfig,
+          val_batch: DistillBatch | None = None) -> tuple[list[float], list[tuple[int, float]]]:
+    """AdamW with linear warm-up and cosine decay to 10%; batches drawn by a seeded generator.
+
+    With ``val_batch``, the validation loss is measured every ``cfg.val_every`` steps and the draft ends with the
+    weights of the best one (the data is small: later epochs can overfit). Returns (train losses, [(step, val)])."""
     opt = torch.optim.AdamW(draft.parameters(), lr=cfg.lr, betas=(0.9, 0.95), weight_decay=0.0)
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: min(1.0, (s + 1) / max(1, cfg.warmup)) * (
         0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * min(1.0, s / max(1, cfg.steps))))))
     gen = torch.Generator().manual_seed(cfg.seed)
     order: list[int] = []
-    losses = []
-    bar = tqdm(range(cfg.steps), desc=f"distill train ({cfg.divergence})")
-    for _ in bar:
+    losses, vals, best = [], [], (math.inf, None)
+    bar = tqdm(range(1, cfg.steps + 1), desc=f"distill train ({cfg.divergence})")
+    for step in bar:
         if len(order) < cfg.batch_size:  # a new epoch: reshuffle
             order += torch.randperm(len(examples), generator=gen).tolist()
         picked, order = order[: cfg.batch_size], order[cfg.batch_size:]
         losses.append(train_step(draft, collate([examples[i] for i in picked], cfg.max_len), cfg.divergence, opt))
         sched.step()
-        bar.set_postfix(loss=f"{losses[-1]:.3f}")
+        if val_batch is not None and (step % cfg.val_every == 0 or step == cfg.steps):
+            with torch.no_grad():
+                draft.eval()
+                vals.append((step, float(batch_loss(draft, val_batch, cfg.divergence))))
+            if vals[-1][1] < best[0]:
+                best = (vals[-1][1], {k: v.detach().clone() for k, v in draft.state_dict().items()})
+        bar.set_postfix(loss=f"{losses[-1]:.3f}", val=f"{vals[-1][1]:.3f}" if vals else "-")
+    if best[1] is not None:
+        draft.load_state_dict(best[1])
     draft.eval()
-    return losses
+    return losses, vals
 
 
 # -------------------------------------------------------------------------------------- evaluation
@@ -440,7 +453,7 @@ def distill(cfg: DistillConfig, out: str | Path, target: LoadedModel | None = No
     val_batch = collate(val_ex, cfg.max_len)
     with torch.no_grad():
         val_before = float(batch_loss(draft, val_batch, cfg.divergence))
-    losses = train(draft, train_ex, cfg)
+    losses, vals = train(draft, train_ex, cfg, val_batch)
     with torch.no_grad():
         val_after = float(batch_loss(draft, val_batch, cfg.divergence))
         val_div = {d: float(batch_loss(draft, val_batch, d)) for d in DIVERGENCES}
@@ -480,7 +493,8 @@ def distill(cfg: DistillConfig, out: str | Path, target: LoadedModel | None = No
                   "parameters": sum(p.numel() for p in draft.parameters()),
                   "size_mb": round((out / "draft" / "model.safetensors").stat().st_size / 2**20, 2)},
         "train": {"steps": cfg.steps, "divergence": cfg.divergence, "losses": [round(x, 5) for x in losses],
-                  "val_loss_before": val_before, "val_loss_after": val_after, "val_divergences_after": val_div},
+                  "val_loss_before": val_before, "val_loss_after": val_after, "val_divergences_after": val_div,
+                  "val_losses": vals, "kept_step": min(vals, key=lambda v: v[1])[0] if vals else cfg.steps},
         "alpha": {f"T={a['temperature']:g}": a for a in alpha},
         "cost": cost,
         "times_s": {k: round(v, 1) for k, v in times.items()},
