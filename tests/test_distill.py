@@ -116,6 +116,17 @@ def test_save_load_roundtrip(tmp_path):
     assert via_zoo_loader.vocab_size == 64
 
 
+def test_generate_shard_is_deterministic():
+    from specrepro.distill import generate_shard
+    target = tiny_model(vocab_size=64, n_layers=2, hidden=32, seed=1)
+    cfg = DistillConfig(gen_batch=4, user_max_new=6, answer_max_new=8, top_k=4, seed=3)
+    chat = ChatFormat((1, 5, 6), 2, (7, 8))
+    for index in (0, 1):  # greedy and sampled answers
+        a, b = generate_shard(target, chat, cfg, index), generate_shard(target, chat, cfg, index)
+        assert all(torch.equal(a[k], b[k]) for k in a)
+        assert a["has_row"].sum() > 0
+
+
 def test_tiny_end_to_end_distill(tmp_path):
     target = LoadedModel("tiny", tiny_model(vocab_size=64, n_layers=2, hidden=32, seed=1), None)
     cfg = DistillConfig(target="tiny", shards=2, gen_batch=8, user_max_new=8, answer_max_new=12, top_k=8,
@@ -136,3 +147,18 @@ def test_tiny_end_to_end_distill(tmp_path):
     again = distill(cfg.__class__(**{**cfg.to_dict(), "steps": 2}), tmp_path, target=target, chat=chat,
                     eval_prompts=prompts, command=["test"])
     assert again["data"]["shards_generated_now"] == 0
+
+
+def test_shipped_draft_loads_from_the_zoo():
+    from specrepro.models import ZOO, prepare
+    folder = prepare("smollm2-135m-draft")
+    if not (folder / "model.safetensors").is_file():
+        pytest.skip("the distilled draft is not shipped in this checkout")
+    draft = load_model("smollm2-135m-draft", device="cpu")
+    assert draft.vocab_size == 49152 and draft.tokenizer is not None
+    record = json.loads((folder / "training_record.json").read_text())
+    assert record["config"]["target"] == "smollm2-135m-instruct" and record["command"]
+    assert (folder / "model.safetensors").stat().st_size < 50 * 2**20
+    assert ZOO["smollm2-135m-draft"].folder is not None
+    logits = draft.model(torch.tensor([[1, 2, 3]])).logits  # [1, 3, V]
+    assert torch.isfinite(logits).sum(-1).eq(draft.model.n_kept).all()
