@@ -478,6 +478,12 @@ def run_bench(config: BenchConfig, out: str | Path, *, target: LoadedModel | Non
     if todo:
         session = _session_info(target, config)
         session["skipped"] = skipped
+        load, cores = session["load_average"], os.cpu_count() or 1
+        if load and load[0] > cores - 0.5:
+            advice = ("; with several torch threads on a shared CPU every parallel region waits for descheduled "
+                      "threads (consider --threads 1)" if torch.get_num_threads() > 1 else "")
+            print(f"specrepro bench: the machine is busy (load {load[0]:.1f} on {cores} cores): timings will be "
+                  f"noisy{advice}", file=sys.stderr)
         if config.warmup_tokens > 0:
             for m in methods:
                 run_one(m, prompts[0], 0, min(config.warmup_tokens, config.max_new_tokens))
