@@ -20,8 +20,17 @@ def smol():
     return load_model("smollm2-135m-instruct", dtype="bf16", device="cpu")
 
 
+@pytest.fixture(scope="module")
+def smol_fp32():
+    return load_model("smollm2-135m-instruct", dtype="fp32", device="cpu")
+
+
 @pytest.mark.parametrize("gamma", [1, 3, 4])
-def test_greedy_speculative_with_self_draft_equals_autoregressive(smol, gamma):
+def test_greedy_speculative_with_self_draft_equals_autoregressive(smol_fp32, gamma):
+    """Token identity needs p computed identically in the 1-token decode and the (γ+1)-token verify.
+    In fp32 the two matmul shapes agree to ~1e-6; in bf16 their rounding differs by ~1e-2 and can flip
+    near-tied argmaxes (which is why this test is in fp32; bf16 agreement is measured, not asserted)."""
+    smol = smol_fp32
     draft = load_draft("layers:4", smol)
     for prompt in PROMPTS:
         ids = encode_prompt(smol, prompt)
@@ -31,13 +40,13 @@ def test_greedy_speculative_with_self_draft_equals_autoregressive(smol, gamma):
         assert sp.text == ar.text and sp.text.strip()
 
 
-def test_rollback_logits_match_fresh_forward():
+def test_rollback_logits_match_fresh_forward(smol_fp32):
     """In fp32, so that the comparison is not drowned by bf16 rounding (a fresh full forward runs other
     matmul shapes, which in bf16 can flip near-ties)."""
     from specrepro.drafters import LMDrafter
     from specrepro.speculative import speculative_generate
 
-    smol = load_model("smollm2-135m-instruct", dtype="fp32", device="cpu")
+    smol = smol_fp32
     ids0 = encode_prompt(smol, PROMPTS[0])
     draft = load_draft("layers:8", smol)
     worst = []
