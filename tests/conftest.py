@@ -23,6 +23,15 @@ def loaded(model, name="tiny"):
     return LoadedModel(name=name, model=model, tokenizer=None)
 
 
+@pytest.fixture(scope="module")
+def one_thread():
+    """Tiny models are all framework overhead: a second thread only adds contention."""
+    saved = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(saved)
+
+
 @pytest.fixture(autouse=True)
 def _deterministic_threads():
     torch.set_num_threads(max(1, min(2, torch.get_num_threads())))

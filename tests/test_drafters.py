@@ -31,13 +31,7 @@ FALSE_ALARM = 1e-3
 RUNS = 500  # per χ² test
 
 
-@pytest.fixture(scope="module", autouse=True)
-def one_thread():
-    # A 16-wide model is all framework overhead: a second thread only adds contention.
-    saved = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(saved)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 @pytest.fixture(scope="module")
