@@ -11,7 +11,7 @@ import torch
 from .acceptance import speculative_sampling
 from .config import DecodeConfig
 from .decoding import Clock, check_prompt, commit, model_device
-from .drafters.base import Drafter
+from .drafters.base import Drafter, Proposal
 from .kvcache import CachedModel
 from .record import GenerationRecord
 from .warping import one_hot, warp
@@ -43,9 +43,9 @@ def speculative_generate(target: torch.nn.Module, drafter: Drafter, prompt_ids: 
         if gamma > 0:
             proposal = drafter.propose(ids, gamma, config.sampling, generator)
         else:
-            proposal = None
+            proposal = Proposal(tokens=torch.empty(0, dtype=torch.long), probs=None)  # one plain step
         t1 = clock.now()
-        drafts = proposal.tokens.tolist() if proposal is not None else []
+        drafts = proposal.tokens.tolist()
         g = len(drafts)
 
         # 2. Verify: one target forward over the newest committed token and the g drafts -> g+1 rows.
@@ -53,7 +53,7 @@ def speculative_generate(target: torch.nn.Module, drafter: Drafter, prompt_ids: 
         t2 = clock.now()
         p = warp(logits, config.sampling)  # [g+1, V]
         draft_tokens = torch.tensor(drafts, dtype=torch.long, device=p.device)  # [g]
-        if proposal is not None and proposal.probs is not None:
+        if proposal.probs is not None:
             q = proposal.probs.to(p.device)  # [g, V]
         else:
             q = one_hot(draft_tokens, p.shape[-1])  # [g, V] deterministic draft
@@ -70,7 +70,7 @@ def speculative_generate(target: torch.nn.Module, drafter: Drafter, prompt_ids: 
         drafter.update(ids)
 
         rec.target_calls += 1
-        rec.draft_calls += proposal.calls if proposal is not None else 0
+        rec.draft_calls += proposal.calls
         if g > 0:
             rec.accept_lengths.append(n)
             rec.proposed_lengths.append(g)
