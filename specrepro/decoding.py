@@ -2,10 +2,13 @@
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass
 
 import torch
 
 from .config import DecodeConfig
+from .kvcache import CachedModel
+from .record import GenerationRecord
 
 
 class Clock:
@@ -59,3 +62,26 @@ def commit(ids: list[int], out: list[int], new: list[int], config: DecodeConfig,
         if len(out) >= config.max_new_tokens:
             return "max_new_tokens"
     return None
+
+
+@dataclass
+class Run:
+    """What a decoding loop starts from: its seeded generator, clock, target cache, sequences and record."""
+
+    generator: torch.Generator  # CPU, seeded: every uniform of the run comes from here
+    clock: Clock
+    p_model: CachedModel  # the target, cached
+    ids: list[int]  # committed sequence: prompt + generated
+    out: list[int]  # generated tokens only (the record's token_ids)
+    rec: GenerationRecord
+
+
+def start_run(target: torch.nn.Module, prompt_ids: list[int], config: DecodeConfig, method: str,
+              context_length: int | None = None) -> Run:
+    """Check the prompt against the context and set up one generation (batch size 1)."""
+    check_prompt(prompt_ids, config, context_length or target.config.max_position_embeddings)
+    out: list[int] = []
+    return Run(generator=torch.Generator().manual_seed(config.seed), clock=Clock(model_device(target)),
+               p_model=CachedModel(target), ids=list(prompt_ids), out=out,
+               rec=GenerationRecord(method=method, token_ids=out, prompt_tokens=len(prompt_ids),
+                                    config=config.to_dict()))

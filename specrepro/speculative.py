@@ -10,7 +10,7 @@ import torch
 
 from .acceptance import speculative_sampling
 from .config import DecodeConfig
-from .decoding import Clock, check_prompt, commit, model_device
+from .decoding import commit, start_run
 from .drafters.base import Drafter, Proposal
 from .kvcache import CachedModel
 from .record import GenerationRecord
@@ -25,14 +25,9 @@ def speculative_generate(target: torch.nn.Module, drafter: Drafter, prompt_ids: 
                          on_step: Callable[[CachedModel, Drafter, list[int]], None] | None = None,
                          ) -> GenerationRecord:
     """Batch size 1. ``on_step(target_cache, drafter, committed_ids)`` runs after each step (tests use it)."""
-    context_length = context_length or target.config.max_position_embeddings
-    check_prompt(prompt_ids, config, context_length)
-    generator = torch.Generator().manual_seed(config.seed)
-    clock = Clock(model_device(target))
-    p_model = CachedModel(target)
+    run = start_run(target, prompt_ids, config, method, context_length)
+    generator, clock, p_model, ids, out, rec = run.generator, run.clock, run.p_model, run.ids, run.out, run.rec
     drafter.reset()
-    ids, out = list(prompt_ids), []
-    rec = GenerationRecord(method=method, token_ids=out, prompt_tokens=len(prompt_ids), config=config.to_dict())
 
     start = clock.now()
     stop = None
