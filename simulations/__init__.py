@@ -49,6 +49,8 @@ from .moe import (
 from .speculative import (
     SLIDES_TABLE2,
     SLIDES_TABLE2_COLUMNS,
+    SLIDES_TABLE3,
+    SLIDES_TABLE3_COLUMNS,
     acceptance_rate,
     expected_speedup,
     expected_tokens,
@@ -66,7 +68,7 @@ __all__ = [
     # speculative (closed forms)
     "acceptance_rate", "expected_speedup", "expected_tokens", "expected_tokens_by_position",
     "implied_cost_ratio", "max_beta", "operations_factor", "optimal_gamma", "walltime_factor",
-    "SLIDES_TABLE2", "SLIDES_TABLE2_COLUMNS",
+    "SLIDES_TABLE2", "SLIDES_TABLE2_COLUMNS", "SLIDES_TABLE3", "SLIDES_TABLE3_COLUMNS",
     # moe
     "expected_experts", "expected_experts_weighted", "inclusion_probabilities", "moe_beta",
     "simulate_experts", "zipf_popularity",

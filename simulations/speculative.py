@@ -215,6 +215,27 @@ SLIDES_TABLE2 = (
 )
 SLIDES_TABLE2_COLUMNS = ("task", "draft", "temperature", "gamma", "alpha", "speedup")
 
+# Slides §4.2 Table 3 (Leviathan et al. Table 3): (target M_p, draft M_q, temperature, α), as printed.
+SLIDES_TABLE3 = (
+    ("GPT-LIKE (97M)", "UNIGRAM", 0, 0.03), ("GPT-LIKE (97M)", "BIGRAM", 0, 0.05),
+    ("GPT-LIKE (97M)", "GPT-LIKE (6M)", 0, 0.88), ("GPT-LIKE (97M)", "UNIGRAM", 1, 0.03),
+    ("GPT-LIKE (97M)", "BIGRAM", 1, 0.05), ("GPT-LIKE (97M)", "GPT-LIKE (6M)", 1, 0.89),
+    ("T5-XXL (ENDE)", "UNIGRAM", 0, 0.08), ("T5-XXL (ENDE)", "BIGRAM", 0, 0.20),
+    ("T5-XXL (ENDE)", "T5-SMALL", 0, 0.75), ("T5-XXL (ENDE)", "T5-BASE", 0, 0.80),
+    ("T5-XXL (ENDE)", "T5-LARGE", 0, 0.82), ("T5-XXL (ENDE)", "UNIGRAM", 1, 0.07),
+    ("T5-XXL (ENDE)", "BIGRAM", 1, 0.19), ("T5-XXL (ENDE)", "T5-SMALL", 1, 0.62),
+    ("T5-XXL (ENDE)", "T5-BASE", 1, 0.68), ("T5-XXL (ENDE)", "T5-LARGE", 1, 0.71),
+    ("T5-XXL (CNNDM)", "UNIGRAM", 0, 0.13), ("T5-XXL (CNNDM)", "BIGRAM", 0, 0.23),
+    ("T5-XXL (CNNDM)", "T5-SMALL", 0, 0.65), ("T5-XXL (CNNDM)", "T5-BASE", 0, 0.73),
+    ("T5-XXL (CNNDM)", "T5-LARGE", 0, 0.74), ("T5-XXL (CNNDM)", "UNIGRAM", 1, 0.08),
+    ("T5-XXL (CNNDM)", "BIGRAM", 1, 0.16), ("T5-XXL (CNNDM)", "T5-SMALL", 1, 0.53),
+    ("T5-XXL (CNNDM)", "T5-BASE", 1, 0.55), ("T5-XXL (CNNDM)", "T5-LARGE", 1, 0.56),
+    ("LAMDA (137B)", "LAMDA (100M)", 0, 0.61), ("LAMDA (137B)", "LAMDA (2B)", 0, 0.71),
+    ("LAMDA (137B)", "LAMDA (8B)", 0, 0.75), ("LAMDA (137B)", "LAMDA (100M)", 1, 0.57),
+    ("LAMDA (137B)", "LAMDA (2B)", 1, 0.71), ("LAMDA (137B)", "LAMDA (8B)", 1, 0.74),
+)
+SLIDES_TABLE3_COLUMNS = ("target", "draft", "temperature", "alpha")
+
 
 def acceptance_rate(p, q):
     """Acceptance rate of one draft token: α = Σ_x min(p(x), q(x)) = 1 − TVD(p, q).
