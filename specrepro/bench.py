@@ -89,6 +89,7 @@ class BenchConfig:
     warmup_tokens: int = 16  # max_new_tokens of the unrecorded warm-up runs; 0 skips them
     cost_repeats: int = 7  # timed calls per median in measure_costs
     prompt_digest: str = ""  # sha256 of the encoded prompts, filled in by run_bench
+    weights_digest: str = ""  # sha256 of the target's and draft's weights, filled in by run_bench
 
     def __post_init__(self) -> None:
         unknown = [m for m in self.methods if m not in ALL_METHODS]
@@ -380,6 +381,17 @@ def _digest(prompts: Sequence[BenchPrompt]) -> str:
     return hashlib.sha256(payload).hexdigest()
 
 
+def _weights_digest(*models: torch.nn.Module | None) -> str:
+    """sha256 over every parameter (name and bytes) of the given models: a draft retrained under the same name
+    must not resume a run made with the old one."""
+    h = hashlib.sha256()
+    for model in models:
+        for name, param in ([] if model is None else model.named_parameters()):
+            h.update(name.encode())
+            h.update(param.detach().cpu().contiguous().view(torch.uint8).numpy().tobytes())
+    return h.hexdigest()
+
+
 def _cost_context(prompts: Sequence[BenchPrompt], config: BenchConfig, context_length: int) -> list[int]:
     """A context as long as a typical step sees: the median prompt plus half the generation."""
     length = int(statistics.median(len(p.ids) for p in prompts)) + config.max_new_tokens // 2
@@ -400,7 +412,7 @@ def run_bench(config: BenchConfig, out: str | Path, *, target: LoadedModel | Non
     from tqdm.auto import tqdm
 
     out = Path(out)
-    check_config(out, config, ignore=("prompt_digest",))  # before any slow loading
+    check_config(out, config, ignore=("prompt_digest", "weights_digest"))  # before any slow loading
     ngram = [m for m in config.methods if REGISTRY.get(m) and REGISTRY[m].needs == "n-gram table"]
     if config.ngram_table is None and any(m not in (drafters or {}) for m in ngram):
         raise ValueError(f"methods {ngram} need --ngram-table FILE (an .npz written by NGramTable.save)")
@@ -420,7 +432,8 @@ def run_bench(config: BenchConfig, out: str | Path, *, target: LoadedModel | Non
         raise ValueError("no prompts to run")
     if len({p.id for p in prompts}) != len(prompts):
         raise ValueError("prompt ids must be unique: they key the records")
-    config = dataclasses.replace(config, prompt_digest=_digest(prompts))
+    config = dataclasses.replace(config, prompt_digest=_digest(prompts),
+                                 weights_digest=_weights_digest(target.model, draft.model if draft else None))
     check_config(out, config)
     out.mkdir(parents=True, exist_ok=True)
     _write_atomic(out / "config.json", json.dumps(config.to_dict(), indent=1) + "\n")

@@ -121,6 +121,10 @@ def test_refuses_to_resume_with_other_arguments(tmp_path, pair, table_path):
     target, draft = pair
     with pytest.raises(ResumeMismatch, match="prompt_digest"):  # same arguments, other prompts
         run_bench(cfg, tmp_path, target=target, prompts=PROMPTS[:2], progress=False)
+    retrained = LoadedModel("layers:1", layer_skip_draft(tiny_model(vocab_size=32, n_layers=2, hidden=16, seed=1), 1),
+                            None)  # same name, other weights
+    with pytest.raises(ResumeMismatch, match="weights_digest"):
+        run(cfg, tmp_path, (target, retrained))
 
 
 class PlainDraft(torch.nn.Module):
