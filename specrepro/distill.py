@@ -7,8 +7,11 @@ One command runs the whole recipe and writes a folder that describes itself::
 
 1. Data (``DIR/data/shard_*.pt``, resumable): the target samples a user turn from its own chat template
    ("<|im_start|>user\\n" ... <|im_end|>), then answers it (greedy in even shards, T = 1 in odd ones). Every
-   generated position keeps the target's top-k probabilities and the tail mass, not the full V-row. No
-   prompt of the evaluation suites (``specrepro.prompts``) is ever shown to the target here.
+   generated position keeps the target's top-k probabilities and the tail mass, not the full V-row.
+   Task-style shards (``DIR/data/task_*.pt``) start the user turn with a generic opening (``distill_stems``:
+   instructions, word problems, code, articles to summarise, two-turn chats) and let the target write the
+   rest, so that the data covers the kinds of request the draft is evaluated on. No prompt of the
+   evaluation suites (``specrepro.prompts``) is ever shown to the target here.
 2. Train: a ``ReducedVocabDraft`` (the target's first layers, head over the N most likely tokens of that
    text) minimises a divergence between the coarsened teacher and student distributions.
 3. Evaluate α at T = 0 and T = 1 (γ = 4) with the verification loop on held-out suite prompts, and the cost
@@ -25,6 +28,7 @@ import dataclasses
 import json
 import math
 import os
+import random
 import statistics
 import subprocess
 import sys
@@ -36,6 +40,7 @@ from typing import Callable
 import torch
 from tqdm import tqdm
 
+from . import distill_stems as stems
 from .config import DecodeConfig, SamplingConfig
 from .decoding import eos_ids
 from .draft_model import ReducedVocabDraft, draft_from_target, load_draft_model, save_draft
@@ -58,6 +63,9 @@ class DistillConfig:
     user_max_new: int = 48  # tokens for the sampled user turn
     answer_max_new: int = 128  # tokens for the target's answer
     top_k: int = 32  # teacher probabilities kept per position (plus the tail mass)
+    task_shards: int = 0  # shards of task-style conversations (``distill_stems``), on top of ``shards``
+    task_temperature: float = 0.7  # for the user turns and articles the target writes in task-style shards
+    article_max_new: int = 160  # tokens of an article to be summarised (task-style shards)
     # draft
     n_layers: int = 3  # decoder layers, initialised from the target's first layers
     n_kept: int = 8192  # N: output vocabulary (the most likely tokens of the generated text)
@@ -149,33 +157,39 @@ def coarsen(logq_kept: torch.Tensor, token_map: torch.Tensor, top_ids: torch.Ten
 @dataclass(frozen=True)
 class ChatFormat:
     """Token ids that frame a target-written conversation: ``user_prefix`` + user turn + ``end`` +
-    ``assistant_header`` + answer + ``end``."""
+    ``assistant_header`` + answer + ``end`` [+ ``user_header`` + user turn + ``end`` + ...]."""
 
     user_prefix: tuple[int, ...]  # e.g. system turn + "<|im_start|>user\n"
     end: int  # the end-of-turn id (<|im_end|>), also the stop id of both generations
     assistant_header: tuple[int, ...]  # e.g. "\n<|im_start|>assistant\n"
+    user_header: tuple[int, ...] = ()  # a later user turn, e.g. "\n<|im_start|>user\n" (two-turn chats)
 
 
 def chat_format(target: LoadedModel) -> ChatFormat:
     """Read the framing off the target's chat template (the same one ``encode_prompt`` applies)."""
     tok, mark = target.tokenizer, "\x00MARK\x00"
-    text = tok.apply_chat_template([{"role": "user", "content": mark}], add_generation_prompt=True, tokenize=False)
-    before, after = text.split(mark)
+    turns = [{"role": r, "content": mark} for r in ("user", "assistant", "user")]
+    text = tok.apply_chat_template(turns, add_generation_prompt=True, tokenize=False)
+    before, after_user, after_answer, after = text.split(mark)
     end = tok.convert_tokens_to_ids(tok.eos_token) if tok.eos_token else None
-    after_ids = tok(after, add_special_tokens=False)["input_ids"]
-    if end is None or not after_ids or after_ids[0] != end:
-        raise ValueError("the chat template does not close the user turn with the tokenizer's eos token")
-    return ChatFormat(tuple(tok(before, add_special_tokens=False)["input_ids"]), end, tuple(after_ids[1:]))
+    ids = [tok(part, add_special_tokens=False)["input_ids"] for part in (before, after_user, after_answer, after)]
+    if end is None or any(not part or part[0] != end for part in ids[1:]):
+        raise ValueError("the chat template does not close each turn with the tokenizer's eos token")
+    if ids[1] != ids[3]:
+        raise ValueError("the chat template frames the assistant's turn differently in the history")
+    return ChatFormat(tuple(ids[0]), end, tuple(ids[3][1:]), tuple(ids[2][1:]))
 
 
-def _generate(model: torch.nn.Module, prompts: list[list[int]], max_new: int, sample: bool, stop: int,
+def _generate(model: torch.nn.Module, prompts: list[list[int]], max_new: int, temperature: float, stop: int,
               top_k: int) -> list[tuple[list[int], torch.Tensor, torch.Tensor]]:
-    """Batched HF generation from left-padded prompts; per sequence (new ids up to and including ``stop``,
-    teacher top-k ids [n, K] and probabilities [n, K] of the raw T = 1 distribution at each new position)."""
+    """Batched HF generation from left-padded prompts (greedy at temperature 0); per sequence (new ids up to and
+    including ``stop``, teacher top-k ids [n, K] and probabilities [n, K] of the raw T = 1 distribution at each
+    new position, whatever the sampling temperature)."""
     width = max(map(len, prompts))
     ids = torch.tensor([[stop] * (width - len(p)) + p for p in prompts])  # [B, L] left-padded
     mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in prompts])  # [B, L]
-    kw = dict(do_sample=True, temperature=1.0, top_k=0, top_p=1.0) if sample else dict(do_sample=False)
+    kw = dict(do_sample=True, temperature=temperature, top_k=0, top_p=1.0) if temperature > 0 else dict(
+        do_sample=False)
     with torch.inference_mode():
         out = model.generate(ids, attention_mask=mask, max_new_tokens=max_new, eos_token_id=stop, pad_token_id=stop,
                              output_logits=True, return_dict_in_generate=True, **kw)
@@ -191,29 +205,31 @@ def _generate(model: torch.nn.Module, prompts: list[list[int]], max_new: int, sa
     return result
 
 
-def generate_shard(model: torch.nn.Module, chat: ChatFormat, cfg: DistillConfig, index: int) -> dict:
-    """One batch of target-written conversations with the teacher's top-k rows at every generated position.
+Rows = dict[int, tuple[torch.Tensor, torch.Tensor]]  # position -> teacher (top ids [K], top probs [K])
 
-    Returns padded tensors: ``tokens`` [S, L]; ``has_row`` [S, L] (a teacher row for predicting token j);
-    ``top_ids`` [S, L, K] int32; ``top_probs`` [S, L, K] fp16; ``tail`` [S, L] (1 − Σ top_probs, fp32).
-    """
-    torch.manual_seed(cfg.seed * 1_000_003 + index)  # HF generate samples from the global generator
-    prefix = list(chat.user_prefix)
-    users = _generate(model, [prefix] * cfg.gen_batch, cfg.user_max_new, True, chat.end, cfg.top_k)
-    # A user turn cut at user_max_new is closed by hand (that closing id has no teacher row).
-    prompts = [prefix + u + ([] if u and u[-1] == chat.end else [chat.end]) + list(chat.assistant_header)
-               for u, _, _ in users]
-    answers = _generate(model, prompts, cfg.answer_max_new, index % 2 == 1, chat.end, cfg.top_k)
-    seqs = []
-    for prompt, (u, ui, up), (a, ai, ap) in zip(prompts, users, answers):
-        rows = {len(prefix) + j: (ui[j], up[j]) for j in range(len(u))}
-        rows.update({len(prompt) + j: (ai[j], ap[j]) for j in range(len(a))})
-        seqs.append((prompt + a, rows))
-    S, L, K = len(seqs), max(len(s) for s, _ in seqs), cfg.top_k
-    shard = {"tokens": torch.zeros(S, L, dtype=torch.int32), "length": torch.tensor([len(s) for s, _ in seqs]),
+
+def _turn(model: torch.nn.Module, convs: list[tuple[list[int], Rows]], max_new: int, temperature: float,
+          chat: ChatFormat, top_k: int, close: bool = True, then: tuple[int, ...] = ()) -> list[list[int]]:
+    """The target writes one turn after each conversation (tokens, rows), extending both in place. A turn cut at
+    ``max_new`` is closed by hand when ``close`` (that closing id has no teacher row); ``then`` (the next turn's
+    header) follows. Returns each turn's new ids (without the end-of-turn id)."""
+    written = []
+    for (toks, rows), (new, ids, probs) in zip(convs, _generate(model, [t for t, _ in convs], max_new, temperature,
+                                                               chat.end, top_k)):
+        rows.update({len(toks) + j: (ids[j], probs[j]) for j in range(len(new))})
+        toks += new + ([chat.end] if close and (not new or new[-1] != chat.end) else []) + list(then)
+        written.append(new[:-1] if new and new[-1] == chat.end else new)
+    return written
+
+
+def _pack(convs: list[tuple[list[int], Rows]], top_k: int) -> dict:
+    """Padded shard tensors: ``tokens`` [S, L]; ``length`` [S]; ``has_row`` [S, L] (a teacher row for predicting
+    token j); ``top_ids`` [S, L, K] int32; ``top_probs`` [S, L, K] fp16; ``tail`` [S, L] (1 − Σ top_probs, fp32)."""
+    S, L, K = len(convs), max(len(t) for t, _ in convs), top_k
+    shard = {"tokens": torch.zeros(S, L, dtype=torch.int32), "length": torch.tensor([len(t) for t, _ in convs]),
              "has_row": torch.zeros(S, L, dtype=torch.bool), "top_ids": torch.zeros(S, L, K, dtype=torch.int32),
              "top_probs": torch.zeros(S, L, K, dtype=torch.float16), "tail": torch.zeros(S, L)}
-    for s, (toks, rows) in enumerate(seqs):
+    for s, (toks, rows) in enumerate(convs):
         shard["tokens"][s, : len(toks)] = torch.tensor(toks)
         for j, (i, p) in rows.items():
             shard["has_row"][s, j] = True
@@ -223,16 +239,95 @@ def generate_shard(model: torch.nn.Module, chat: ChatFormat, cfg: DistillConfig,
     return shard
 
 
-def generate_data(model: torch.nn.Module, chat: ChatFormat, cfg: DistillConfig, data_dir: Path) -> int:
-    """Write ``cfg.shards`` shards, skipping those already there (each is written to a temp file, then renamed).
-    Returns how many shards were generated now."""
+def generate_shard(model: torch.nn.Module, chat: ChatFormat, cfg: DistillConfig, index: int) -> dict:
+    """One batch of target-written conversations (user turn sampled at T = 1 from the bare template; answers
+    greedy in even shards, T = 1 in odd ones) with the teacher's top-k rows at every generated position."""
+    torch.manual_seed(cfg.seed * 1_000_003 + index)  # HF generate samples from the global generator
+    convs: list[tuple[list[int], Rows]] = [(list(chat.user_prefix), {}) for _ in range(cfg.gen_batch)]
+    _turn(model, convs, cfg.user_max_new, 1.0, chat, cfg.top_k, then=chat.assistant_header)
+    _turn(model, convs, cfg.answer_max_new, float(index % 2), chat, cfg.top_k, close=False)
+    return _pack(convs, cfg.top_k)
+
+
+@dataclass(frozen=True)
+class TaskOpenings:
+    """Token ids of the task-style openings of ``distill_stems``, encoded by the target's tokenizer."""
+
+    user: dict[str, tuple[tuple[int, ...], ...]]  # kind -> openings of the first user turn
+    summary_request: tuple[tuple[int, ...], ...]  # "\n\n" + a request to summarise the article above
+    follow_up: tuple[tuple[int, ...], ...]  # openings of a chat's second user turn
+
+
+def task_openings(tokenizer) -> TaskOpenings:
+    def enc(texts: tuple[str, ...], before: str = "") -> tuple[tuple[int, ...], ...]:
+        # A trailing space would be a token of its own; BPE glues it to the next word, which the target writes.
+        return tuple(tuple(tokenizer(before + t.rstrip(" "), add_special_tokens=False)["input_ids"]) for t in texts)
+    return TaskOpenings({k: enc(v) for k, v in stems.OPENINGS.items()}, enc(stems.SUMMARY_REQUEST, "\n\n"),
+                        enc(stems.FOLLOW_UP))
+
+
+def task_kind(index: int) -> str:
+    return stems.TASK_KINDS[index % len(stems.TASK_KINDS)]
+
+
+def generate_task_shard(model: torch.nn.Module, chat: ChatFormat, openings: TaskOpenings, cfg: DistillConfig,
+                        index: int) -> dict:
+    """One batch of task-style conversations of kind ``task_kind(index)``; answers are greedy in the first round of
+    kinds, T = 1 in the next, and so on. User turns (and articles) are written at ``cfg.task_temperature``.
+
+    - instruct, math, code: opening + the target's user turn, then its answer;
+    - chat: the same, then a follow-up opening + user turn, then a second answer (one sequence);
+    - summarize: "write an article about" + topic, the article (a sequence of its own), then a new conversation
+      whose user turn is that article and a request to summarise it, and the summary (a second sequence).
+    """
+    kind, rng = task_kind(index), random.Random(cfg.seed * 1_000_003 + index)
+    answer_t = float((index // len(stems.TASK_KINDS)) % 2)
+    torch.manual_seed(cfg.seed * 1_000_003 + 700_001 + index)  # apart from the free shards' seeds
+    user_t, K, B = cfg.task_temperature, cfg.top_k, cfg.gen_batch
+    convs: list[tuple[list[int], Rows]] = [(list(chat.user_prefix) + list(rng.choice(openings.user[kind])), {})
+                                           for _ in range(B)]
+    user_max = 2 * cfg.user_max_new if kind == "code" else cfg.user_max_new
+    _turn(model, convs, user_max, user_t, chat, K, then=chat.assistant_header)
+    if kind == "summarize":
+        articles = _turn(model, convs, cfg.article_max_new, user_t, chat, K, close=False)
+        second = [(list(chat.user_prefix) + a + list(rng.choice(openings.summary_request)) + [chat.end]
+                   + list(chat.assistant_header), {}) for a in articles]
+        _turn(model, second, cfg.answer_max_new, answer_t, chat, K, close=False)
+        convs += second
+    elif kind == "chat":
+        if not chat.user_header:
+            raise ValueError("two-turn chats need ChatFormat.user_header")
+        _turn(model, convs, cfg.answer_max_new, answer_t, chat, K)
+        for toks, _ in convs:
+            toks += list(chat.user_header) + list(rng.choice(openings.follow_up))
+        _turn(model, convs, cfg.user_max_new // 2, user_t, chat, K, then=chat.assistant_header)
+        _turn(model, convs, cfg.answer_max_new, answer_t, chat, K, close=False)
+    else:
+        _turn(model, convs, cfg.answer_max_new, answer_t, chat, K, close=False)
+    return _pack(convs, K)
+
+
+def shard_files(cfg: DistillConfig) -> list[str]:
+    """The data files of a run: ``shard_*`` (free conversations), then ``task_*`` (task-style)."""
+    return [f"shard_{i:05d}.pt" for i in range(cfg.shards)] + [f"task_{i:05d}.pt" for i in range(cfg.task_shards)]
+
+
+def generate_data(model: torch.nn.Module, chat: ChatFormat, cfg: DistillConfig, data_dir: Path,
+                  openings: TaskOpenings | None = None) -> int:
+    """Write the shards of ``shard_files(cfg)``, skipping those already there (each is written to a temp file, then
+    renamed). ``openings`` is needed when ``cfg.task_shards`` > 0. Returns how many shards were generated now."""
+    if cfg.task_shards and openings is None:
+        raise ValueError("task_shards > 0 needs the task openings (task_openings(tokenizer))")
     data_dir.mkdir(parents=True, exist_ok=True)
-    todo = [i for i in range(cfg.shards) if not (data_dir / f"shard_{i:05d}.pt").exists()]
-    for i in tqdm(todo, desc="distill data (shards)", initial=cfg.shards - len(todo), total=cfg.shards):
-        shard = generate_shard(model, chat, cfg, i)
-        tmp = data_dir / f".shard_{i:05d}.pt.tmp"
+    names = shard_files(cfg)
+    todo = [n for n in names if not (data_dir / n).exists()]
+    for name in tqdm(todo, desc="distill data (shards)", initial=len(names) - len(todo), total=len(names)):
+        index = int(name.split("_")[1].split(".")[0])
+        shard = (generate_shard(model, chat, cfg, index) if name.startswith("shard_")
+                 else generate_task_shard(model, chat, openings, cfg, index))
+        tmp = data_dir / f".{name}.tmp"
         torch.save(shard, tmp)
-        os.replace(tmp, data_dir / f"shard_{i:05d}.pt")
+        os.replace(tmp, data_dir / name)
     return len(todo)
 
 
@@ -245,10 +340,10 @@ class Example:
     tail: torch.Tensor  # [L] float
 
 
-def load_data(data_dir: Path, shards: int) -> list[Example]:
+def load_data(data_dir: Path, cfg: DistillConfig) -> list[Example]:
     seqs = []
-    for i in range(shards):
-        d = torch.load(data_dir / f"shard_{i:05d}.pt")
+    for name in shard_files(cfg):
+        d = torch.load(data_dir / name)
         for s, n in enumerate(d["length"].tolist()):
             seqs.append(Example(d["tokens"][s, :n].long(), d["has_row"][s, :n], d["top_ids"][s, :n].long(),
                                   d["top_probs"][s, :n].float(), d["tail"][s, :n]))
@@ -438,14 +533,15 @@ def distill(cfg: DistillConfig, out: str | Path, target: LoadedModel | None = No
     t0 = time.perf_counter()
     gen = target if target is not None else load_model(cfg.target, dtype=cfg.gen_dtype, device="cpu")
     chat = chat or chat_format(gen)
-    made = generate_data(gen.model, chat, cfg, out / "data")
-    examples = load_data(out / "data", cfg.shards)
+    openings = task_openings(gen.tokenizer) if cfg.task_shards else None
+    made = generate_data(gen.model, chat, cfg, out / "data", openings)
+    examples = load_data(out / "data", cfg)
     times["data_s"] = time.perf_counter() - t0
 
-    # 2. Train on all but a few held-back conversations (their loss is the validation loss).
+    # 2. Train on all but every 20th conversation (their loss is the validation loss).
     t0 = time.perf_counter()
-    n_val = max(1, len(examples) // 20)
-    train_ex, val_ex = examples[n_val:], examples[:n_val]
+    val_ex = examples[::20]  # every 20th conversation, so that each kind of shard is validated
+    train_ex = [e for i, e in enumerate(examples) if i % 20]
     always = set(chat.user_prefix) | set(chat.assistant_header) | {chat.end}
     kept = choose_vocab(train_ex, cfg.n_kept, gen.vocab_size, always)
     torch.manual_seed(cfg.seed)
@@ -484,7 +580,7 @@ def distill(cfg: DistillConfig, out: str | Path, target: LoadedModel | None = No
     # 4. The record: enough to rerun and to judge the draft.
     record = {
         "command": command, "seed": cfg.seed, "config": cfg.to_dict(), "git": git_revision(),
-        "data": {"shards": cfg.shards, "shards_generated_now": made, "sequences": len(examples),
+        "data": {"shards": cfg.shards, "task_shards": cfg.task_shards, "shards_generated_now": made, "sequences": len(examples),
                  "tokens": int(sum(len(e.tokens) for e in examples)),
                  "teacher_rows": int(sum(int(e.has_row.sum()) for e in examples)),
                  "train_sequences": len(train_ex), "val_sequences": len(val_ex),
