@@ -519,21 +519,25 @@ def _write_json(path: Path, obj: dict) -> None:
 
 
 def distill(cfg: DistillConfig, out: str | Path, target: LoadedModel | None = None, chat: ChatFormat | None = None,
-            eval_prompts: dict[str, list[list[int]]] | None = None, command: list[str] | None = None) -> dict:
-    """Data, training, evaluation, files. ``target``/``chat``/``eval_prompts`` default to the zoo target, its
-    chat template and the held-out suites (tests pass a tiny model, a made-up framing and id prompts)."""
+            eval_prompts: dict[str, list[list[int]]] | None = None, command: list[str] | None = None,
+            openings: TaskOpenings | None = None) -> dict:
+    """Data, training, evaluation, files. ``target``/``chat``/``eval_prompts``/``openings`` default to the zoo
+    target, its chat template, the held-out suites and ``distill_stems`` in its tokenizer (tests pass a tiny model,
+    a made-up framing, id prompts and id openings)."""
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     torch.set_num_threads(cfg.threads)
     times, t_start = {}, time.perf_counter()
     command = command if command is not None else [sys.executable, "-m", "specrepro.distill", *sys.argv[1:]]
     _write_json(out / "config.json", {"command": command, **cfg.to_dict()})
+    git = git_revision()  # at the start: the code that runs is the code imported now
 
     # 1. Data: the target writes conversations; we keep its top-k rows.
     t0 = time.perf_counter()
     gen = target if target is not None else load_model(cfg.target, dtype=cfg.gen_dtype, device="cpu")
     chat = chat or chat_format(gen)
-    openings = task_openings(gen.tokenizer) if cfg.task_shards else None
+    if cfg.task_shards and openings is None:
+        openings = task_openings(gen.tokenizer)
     made = generate_data(gen.model, chat, cfg, out / "data", openings)
     examples = load_data(out / "data", cfg)
     times["data_s"] = time.perf_counter() - t0
@@ -579,7 +583,7 @@ def distill(cfg: DistillConfig, out: str | Path, target: LoadedModel | None = No
 
     # 4. The record: enough to rerun and to judge the draft.
     record = {
-        "command": command, "seed": cfg.seed, "config": cfg.to_dict(), "git": git_revision(),
+        "command": command, "seed": cfg.seed, "config": cfg.to_dict(), "git": git,
         "data": {"shards": cfg.shards, "task_shards": cfg.task_shards, "shards_generated_now": made, "sequences": len(examples),
                  "tokens": int(sum(len(e.tokens) for e in examples)),
                  "teacher_rows": int(sum(int(e.has_row.sum()) for e in examples)),

@@ -8,7 +8,9 @@ import torch
 
 from specrepro.autoregressive import autoregressive_generate
 from specrepro.config import DecodeConfig, SamplingConfig
-from specrepro.distill import (DIVERGENCES, ChatFormat, DistillConfig, coarsen, distill, fkl, jsd, rkl, tvd)
+from specrepro.distill import (DIVERGENCES, ChatFormat, DistillConfig, TaskOpenings, chat_format, coarsen, distill,
+                               fkl, generate_data, generate_shard, generate_task_shard, jsd, rkl, task_kind, tvd)
+from specrepro.distill_stems import TASK_KINDS
 from specrepro.draft_model import draft_from_target, load_draft_model, save_draft
 from specrepro.drafters import LMDrafter
 from specrepro.models import LoadedModel, check_pair, load_model, tiny_model
@@ -16,6 +18,12 @@ from specrepro.speculative import speculative_generate
 
 P = torch.tensor([0.5, 0.3, 0.2, 0.0])
 Q = torch.tensor([0.25, 0.25, 0.25, 0.25])
+
+CHAT = ChatFormat((1, 5, 6), 2, (7, 8), (9, 6))
+
+
+def _openings() -> TaskOpenings:
+    return TaskOpenings({k: ((20, 21), (22,)) for k in TASK_KINDS}, ((30, 31, 32),), ((40,), (41, 42)))
 
 
 def _kl(a, b):
@@ -117,7 +125,6 @@ def test_save_load_roundtrip(tmp_path):
 
 
 def test_generate_shard_is_deterministic():
-    from specrepro.distill import generate_shard
     target = tiny_model(vocab_size=64, n_layers=2, hidden=32, seed=1)
     cfg = DistillConfig(gen_batch=4, user_max_new=6, answer_max_new=8, top_k=4, seed=3)
     chat = ChatFormat((1, 5, 6), 2, (7, 8))
@@ -129,14 +136,15 @@ def test_generate_shard_is_deterministic():
 
 def test_tiny_end_to_end_distill(tmp_path):
     target = LoadedModel("tiny", tiny_model(vocab_size=64, n_layers=2, hidden=32, seed=1), None)
-    cfg = DistillConfig(target="tiny", shards=2, gen_batch=8, user_max_new=8, answer_max_new=12, top_k=8,
+    cfg = DistillConfig(target="tiny", shards=2, task_shards=1, gen_batch=8, user_max_new=8, answer_max_new=12, top_k=8,
                         n_layers=1, n_kept=40, steps=30, batch_size=8, lr=3e-3, warmup=3, eval_max_new=12,
                         cost_steps=3)
-    chat = ChatFormat((1, 5, 6), 2, (7, 8))
+    chat = CHAT
     prompts = {"held-out": [[1, 5, 6, 9, 10, 2, 7, 8]]}
-    rec = distill(cfg, tmp_path, target=target, chat=chat, eval_prompts=prompts, command=["test"])
+    rec = distill(cfg, tmp_path, target=target, chat=chat, eval_prompts=prompts, command=["test"],
+                  openings=_openings())
     for f in ("config.json", "training_record.json", "draft/model.safetensors", "draft/draft_config.json",
-              "data/shard_00000.pt", "data/shard_00001.pt"):
+              "data/shard_00000.pt", "data/shard_00001.pt", "data/task_00000.pt"):
         assert (tmp_path / f).is_file(), f
     saved = json.loads((tmp_path / "training_record.json").read_text())
     assert saved["train"]["steps"] == 30 and saved["seed"] == 0 and saved["command"] == ["test"]
@@ -145,7 +153,7 @@ def test_tiny_end_to_end_distill(tmp_path):
     assert rec["cost"]["c"] > 0 and rec["data"]["teacher_rows"] > 0
     # Resumable: a second run reuses every shard.
     again = distill(cfg.__class__(**{**cfg.to_dict(), "steps": 2}), tmp_path, target=target, chat=chat,
-                    eval_prompts=prompts, command=["test"])
+                    eval_prompts=prompts, command=["test"], openings=_openings())
     assert again["data"]["shards_generated_now"] == 0
 
 
@@ -160,3 +168,57 @@ def test_shipped_draft_loads_from_the_zoo():
     assert ZOO["smollm2-135m-draft"].folder is not None
     logits = draft.model(torch.tensor([[1, 2, 3]])).logits  # [1, 3, V]
     assert torch.isfinite(logits).sum(-1).eq(draft.model.n_kept).all()
+
+
+
+@pytest.mark.parametrize("index", range(10))  # the five kinds, greedy then sampled answers
+def test_task_shard_kinds(index):
+    target = tiny_model(vocab_size=64, n_layers=2, hidden=32, seed=1)
+    cfg = DistillConfig(gen_batch=3, user_max_new=6, answer_max_new=8, article_max_new=7, top_k=4, seed=3)
+    a, b = (generate_task_shard(target, CHAT, _openings(), cfg, index) for _ in range(2))
+    assert all(torch.equal(a[k], b[k]) for k in a)  # deterministic
+    kind = task_kind(index)
+    assert a["tokens"].shape[0] == (6 if kind == "summarize" else 3)
+    for s in range(a["tokens"].shape[0]):
+        toks, rows = a["tokens"][s, : a["length"][s]].tolist(), a["has_row"][s, : a["length"][s]]
+        assert toks[:3] == [1, 5, 6] and not rows[:3].any()  # the framing is given, not written
+        if s < 3:  # an opening follows (given: no teacher row), then the target's own user turn
+            n = 2 if toks[3] == 20 else 1
+            assert toks[3: 3 + n] in ([20, 21], [22]) and not rows[3: 3 + n].any() and rows[3 + n]
+        assert rows.sum() > 0
+        headers = sum(toks[j: j + 2] == [7, 8] for j in range(len(toks)))
+        assert headers == (2 if kind == "chat" else 1)
+        # the teacher rows put their top-1 probability first and sum to at most 1 with the tail
+        probs = a["top_probs"][s][a["has_row"][s]].float()
+        assert (probs[:, 0] >= probs[:, -1]).all()
+        assert torch.allclose(probs.sum(-1) + a["tail"][s][a["has_row"][s]], torch.ones(int(rows.sum())), atol=2e-3)
+    if kind == "summarize":  # the second conversation pastes the first one's article and asks for a summary
+        for s in range(3):
+            first = a["tokens"][s, : a["length"][s]].tolist()
+            header = next(j for j in range(len(first)) if first[j: j + 2] == [7, 8])
+            article = first[header + 2:]
+            article = article[:-1] if article[-1] == 2 else article
+            second = a["tokens"][3 + s, : a["length"][3 + s]].tolist()
+            assert second[: 3 + len(article) + 4] == [1, 5, 6, *article, 30, 31, 32, 2]
+
+
+def test_task_data_needs_openings_and_a_user_header(tmp_path):
+    target = tiny_model(vocab_size=64, n_layers=2, hidden=32, seed=1)
+    cfg = DistillConfig(shards=0, task_shards=5, gen_batch=2, user_max_new=4, answer_max_new=4, top_k=4)
+    with pytest.raises(ValueError, match="task openings"):
+        generate_data(target, CHAT, cfg, tmp_path)
+    with pytest.raises(ValueError, match="user_header"):
+        generate_task_shard(target, ChatFormat((1, 5, 6), 2, (7, 8)), _openings(), cfg, 4)  # index 4: chat
+
+
+def test_chat_format_of_the_offline_target():
+    target = load_model("smollm2-135m-instruct", dtype="fp32", device="cpu")
+    chat = chat_format(target)
+    tok = target.tokenizer
+    text = tok.apply_chat_template([{"role": "user", "content": "Hi"}, {"role": "assistant", "content": "Hello"},
+                                    {"role": "user", "content": "Bye"}], add_generation_prompt=True,
+                                   tokenize=True, return_dict=False)
+    hi, hello, bye = (tok(w, add_special_tokens=False)["input_ids"] for w in ("Hi", "Hello", "Bye"))
+    built = [*chat.user_prefix, *hi, chat.end, *chat.assistant_header, *hello, chat.end, *chat.user_header, *bye,
+             chat.end, *chat.assistant_header]
+    assert list(text) == built
