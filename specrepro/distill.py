@@ -14,8 +14,8 @@ One command runs the whole recipe and writes a folder that describes itself::
    evaluation suites (``specrepro.prompts``) is ever shown to the target here.
 2. Train: a ``ReducedVocabDraft`` (the target's first layers, head over the N most likely tokens of that
    text) minimises a divergence between the coarsened teacher and student distributions.
-3. Evaluate α at T = 0 and T = 1 (γ = 4) with the verification loop on held-out suite prompts, and the cost
-   ratio c of one cached decode step.
+3. Evaluate α at T = 0 and T = 1 (γ = 4) with the verification loop on held-out suite prompts, the draft's
+   teacher-forced agreement with the target there, and the cost ratio c of one cached decode step.
 4. Write ``DIR/config.json``, ``DIR/training_record.json`` and the draft in ``DIR/draft``.
 
 The trainer is a function of (draft, batch, divergence), so on-policy batches (online speculative decoding,
@@ -41,6 +41,7 @@ import torch
 from tqdm import tqdm
 
 from . import distill_stems as stems
+from .autoregressive import autoregressive_generate
 from .config import DecodeConfig, SamplingConfig
 from .decoding import eos_ids
 from .draft_model import ReducedVocabDraft, draft_from_target, load_draft_model, save_draft
@@ -478,6 +479,34 @@ def evaluate_alpha(target: torch.nn.Module, draft: torch.nn.Module, prompts: dic
             "prompts": sum(map(len, prompts.values())), "seconds": round(time.perf_counter() - t0, 1)}
 
 
+def teacher_forced_agreement(target: torch.nn.Module, draft: torch.nn.Module, prompts: dict[str, list[list[int]]],
+                             max_new: int, eos: set[int]) -> dict:
+    """How well q matches p on the target's own greedy continuations, per suite and pooled.
+
+    For each prompt the target decodes ``max_new`` tokens greedily; one forward pass of each model over prompt +
+    continuation then gives, at every continuation position, ``top1`` (the draft's argmax is the target's) and
+    ``overlap`` (Σ min(p, q) at T = 1, the chance that a sampled draft token is accepted there). Unlike α from
+    the loop, neither depends on where a draft block happened to start, so drafts compare position by position."""
+    per_suite, pooled = {}, [0.0, 0.0, 0]
+    for suite, plist in prompts.items():
+        top1 = overlap = 0.0
+        n = 0
+        for ids in plist:
+            cont = autoregressive_generate(target, ids, DecodeConfig(max_new_tokens=max_new), eos).token_ids
+            seq = torch.tensor([ids + cont])  # [1, L]
+            with torch.inference_mode():
+                lp = target(input_ids=seq).logits[0, len(ids) - 1: -1].float()  # [n, V]
+                lq = draft(input_ids=seq).logits[0, len(ids) - 1: -1].float()  # [n, V]
+            top1 += float((lp.argmax(-1) == lq.argmax(-1)).sum())
+            overlap += float(torch.minimum(lp.softmax(-1), lq.softmax(-1)).sum())
+            n += lp.shape[0]
+        per_suite[suite] = {"top1": top1 / n, "overlap": overlap / n, "positions": n} if n else None
+        pooled = [pooled[0] + top1, pooled[1] + overlap, pooled[2] + n]
+    return {"top1": pooled[0] / pooled[2] if pooled[2] else None,
+            "overlap": pooled[1] / pooled[2] if pooled[2] else None, "positions": pooled[2], "per_suite": per_suite,
+            "max_new": max_new}
+
+
 def measure_cost_ratio(target: torch.nn.Module, draft: torch.nn.Module, prompt_ids: list[int], steps: int) -> dict:
     """c = draft / target time of one cached decode step (``CachedModel.logits_for``), same context.
 
@@ -571,6 +600,7 @@ def distill(cfg: DistillConfig, out: str | Path, target: LoadedModel | None = No
     prompts = eval_prompts if eval_prompts is not None else held_out_prompts(ev_target, cfg.eval_per_suite)
     eos = eos_ids(ev_target.model, ev_target.tokenizer) or {chat.end}
     alpha = [evaluate_alpha(ev_target.model, ev_draft, prompts, t, cfg, eos) for t in (0.0, 1.0)]
+    agreement = teacher_forced_agreement(ev_target.model, ev_draft, prompts, cfg.eval_max_new, eos)
     first = next(p for ps in prompts.values() for p in ps)
     cost = {}
     for n in sorted({cfg.threads, 2}):  # c depends on threads: the target gains more from a second core
@@ -596,6 +626,7 @@ def distill(cfg: DistillConfig, out: str | Path, target: LoadedModel | None = No
                   "val_loss_before": val_before, "val_loss_after": val_after, "val_divergences_after": val_div,
                   "val_losses": vals, "kept_step": min(vals, key=lambda v: v[1])[0] if vals else cfg.steps},
         "alpha": {f"T={a['temperature']:g}": a for a in alpha},
+        "agreement": agreement,
         "cost": cost,
         "times_s": {k: round(v, 1) for k, v in times.items()},
         "versions": {"torch": torch.__version__, "python": sys.version.split()[0]},

@@ -151,6 +151,7 @@ def test_tiny_end_to_end_distill(tmp_path):
     assert rec["train"]["val_loss_after"] < rec["train"]["val_loss_before"]
     assert 0 <= rec["alpha"]["T=0"]["alpha"] <= 1 and 0 <= rec["alpha"]["T=1"]["alpha"] <= 1
     assert rec["cost"]["c"] > 0 and rec["data"]["teacher_rows"] > 0
+    assert 0 <= rec["agreement"]["top1"] <= 1 and rec["agreement"]["positions"] == 12
     # Resumable: a second run reuses every shard.
     again = distill(cfg.__class__(**{**cfg.to_dict(), "steps": 2}), tmp_path, target=target, chat=chat,
                     eval_prompts=prompts, command=["test"], openings=_openings())
@@ -222,3 +223,20 @@ def test_chat_format_of_the_offline_target():
     built = [*chat.user_prefix, *hi, chat.end, *chat.assistant_header, *hello, chat.end, *chat.user_header, *bye,
              chat.end, *chat.assistant_header]
     assert list(text) == built
+
+
+def test_teacher_forced_agreement():
+    from specrepro.distill import teacher_forced_agreement
+    target = tiny_model(vocab_size=64, n_layers=2, hidden=32, seed=1)
+    other = tiny_model(vocab_size=64, n_layers=2, hidden=32, seed=2)
+    prompts = {"a": [[1, 5, 6, 9]], "b": [[3, 4], [7, 8, 9]]}
+    same = teacher_forced_agreement(target, target, prompts, max_new=10, eos=set())
+    assert same["positions"] == 30 and same["per_suite"]["b"]["positions"] == 20
+    assert same["top1"] == 1.0 and same["overlap"] == pytest.approx(1.0, abs=1e-5)
+    diff = teacher_forced_agreement(target, other, prompts, max_new=10, eos=set())
+    assert diff["overlap"] < 0.9
+    # Σ min(p, q) at one position, by hand
+    seq = torch.tensor([[1, 5, 6, 9]])
+    p, q = target(seq).logits[0, -1].softmax(-1), other(seq).logits[0, -1].softmax(-1)
+    first = teacher_forced_agreement(target, other, {"a": [[1, 5, 6, 9]]}, max_new=1, eos=set())
+    assert first["overlap"] == pytest.approx(float(torch.minimum(p, q).sum()), rel=1e-5)
