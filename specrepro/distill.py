@@ -58,13 +58,13 @@ class DistillConfig:
     target: str = "smollm2-135m-instruct"
     seed: int = 0
     # data
-    shards: int = 12  # one shard = one batch of target-written conversations
+    shards: int = 48  # one shard = one batch of target-written conversations
     gen_batch: int = 64  # sequences generated together (HF generate, batched)
     gen_dtype: str = "fp32"  # fp32 was faster than bf16 for batched generation on this CPU (no bf16 units)
     user_max_new: int = 48  # tokens for the sampled user turn
     answer_max_new: int = 128  # tokens for the target's answer
     top_k: int = 32  # teacher probabilities kept per position (plus the tail mass)
-    task_shards: int = 0  # shards of task-style conversations (``distill_stems``), on top of ``shards``
+    task_shards: int = 20  # shards of task-style conversations (``distill_stems``), on top of ``shards``
     task_temperature: float = 0.7  # for the user turns and articles the target writes in task-style shards
     article_max_new: int = 160  # tokens of an article to be summarised (task-style shards)
     # draft
@@ -72,18 +72,18 @@ class DistillConfig:
     n_kept: int = 8192  # N: output vocabulary (the most likely tokens of the generated text)
     # training
     divergence: str = "fkl"  # fkl | rkl | jsd | tvd
-    steps: int = 300
+    steps: int = 600
     batch_size: int = 16  # sequences per step
-    max_len: int = 256  # positions per training sequence
+    max_len: int = 384  # positions per training sequence (a two-turn chat or a summary fits)
     lr: float = 2e-3
     warmup: int = 20
-    val_every: int = 25  # steps between validation losses; the best validated weights are kept
+    val_every: int = 50  # steps between validation losses; the best validated weights are kept
     # evaluation (held-out suite prompts)
     eval_per_suite: int = 3
     eval_max_new: int = 64
     gamma: int = 4
     cost_steps: int = 24  # decode steps timed for c
-    threads: int = 1  # torch threads; with other jobs on the 2 cores, 1 thread ran 2-9x faster than 2
+    threads: int = 2  # torch threads; when other jobs share the 2 cores, 1 thread ran 2-9x faster than 2
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)
@@ -614,7 +614,8 @@ def distill(cfg: DistillConfig, out: str | Path, target: LoadedModel | None = No
     # 4. The record: enough to rerun and to judge the draft.
     record = {
         "command": command, "seed": cfg.seed, "config": cfg.to_dict(), "git": git,
-        "data": {"shards": cfg.shards, "task_shards": cfg.task_shards, "shards_generated_now": made, "sequences": len(examples),
+        "data": {"shards": cfg.shards, "task_shards": cfg.task_shards, "shards_generated_now": made,
+                 "sequences": len(examples),
                  "tokens": int(sum(len(e.tokens) for e in examples)),
                  "teacher_rows": int(sum(int(e.has_row.sum()) for e in examples)),
                  "train_sequences": len(train_ex), "val_sequences": len(val_ex),

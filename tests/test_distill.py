@@ -136,9 +136,9 @@ def test_generate_shard_is_deterministic():
 
 def test_tiny_end_to_end_distill(tmp_path):
     target = LoadedModel("tiny", tiny_model(vocab_size=64, n_layers=2, hidden=32, seed=1), None)
-    cfg = DistillConfig(target="tiny", shards=2, task_shards=1, gen_batch=8, user_max_new=8, answer_max_new=12, top_k=8,
-                        n_layers=1, n_kept=40, steps=30, batch_size=8, lr=3e-3, warmup=3, eval_max_new=12,
-                        cost_steps=3)
+    cfg = DistillConfig(target="tiny", shards=2, task_shards=1, threads=1, gen_batch=8, user_max_new=8,
+                        answer_max_new=12, top_k=8, n_layers=1, n_kept=40, steps=30, batch_size=8, lr=3e-3,
+                        warmup=3, eval_max_new=12, cost_steps=3)
     chat = CHAT
     prompts = {"held-out": [[1, 5, 6, 9, 10, 2, 7, 8]]}
     rec = distill(cfg, tmp_path, target=target, chat=chat, eval_prompts=prompts, command=["test"],
@@ -165,6 +165,7 @@ def test_shipped_draft_loads_from_the_zoo():
     assert draft.vocab_size == 49152 and draft.tokenizer is not None
     record = json.loads((folder / "training_record.json").read_text())
     assert record["config"]["target"] == "smollm2-135m-instruct" and record["command"]
+    assert record["config"] == DistillConfig().to_dict()  # the defaults are the shipped recipe
     assert (folder / "model.safetensors").stat().st_size < 50 * 2**20
     assert ZOO["smollm2-135m-draft"].folder is not None
     logits = draft.model(torch.tensor([[1, 2, 3]])).logits  # [1, 3, V]
