@@ -217,9 +217,10 @@ def _turn(model: torch.nn.Module, convs: list[tuple[list[int], Rows]], max_new: 
     written = []
     for (toks, rows), (new, ids, probs) in zip(convs, _generate(model, [t for t, _ in convs], max_new, temperature,
                                                                chat.end, top_k)):
+        ended = bool(new) and new[-1] == chat.end
         rows.update({len(toks) + j: (ids[j], probs[j]) for j in range(len(new))})
-        toks += new + ([chat.end] if close and (not new or new[-1] != chat.end) else []) + list(then)
-        written.append(new[:-1] if new and new[-1] == chat.end else new)
+        toks += new + ([chat.end] if close and not ended else []) + list(then)
+        written.append(new[:-1] if ended else new)
     return written
 
 
@@ -308,24 +309,25 @@ def generate_task_shard(model: torch.nn.Module, chat: ChatFormat, openings: Task
     return _pack(convs, K)
 
 
-def shard_files(cfg: DistillConfig) -> list[str]:
-    """The data files of a run: ``shard_*`` (free conversations), then ``task_*`` (task-style)."""
-    return [f"shard_{i:05d}.pt" for i in range(cfg.shards)] + [f"task_{i:05d}.pt" for i in range(cfg.task_shards)]
+def shard_plan(cfg: DistillConfig) -> list[tuple[str, bool, int]]:
+    """The data files of a run as (file name, task-style?, index): ``shard_*`` (free conversations), then
+    ``task_*`` (task-style)."""
+    return ([(f"shard_{i:05d}.pt", False, i) for i in range(cfg.shards)]
+            + [(f"task_{i:05d}.pt", True, i) for i in range(cfg.task_shards)])
 
 
 def generate_data(model: torch.nn.Module, chat: ChatFormat, cfg: DistillConfig, data_dir: Path,
                   openings: TaskOpenings | None = None) -> int:
-    """Write the shards of ``shard_files(cfg)``, skipping those already there (each is written to a temp file, then
+    """Write the shards of ``shard_plan(cfg)``, skipping those already there (each is written to a temp file, then
     renamed). ``openings`` is needed when ``cfg.task_shards`` > 0. Returns how many shards were generated now."""
     if cfg.task_shards and openings is None:
         raise ValueError("task_shards > 0 needs the task openings (task_openings(tokenizer))")
     data_dir.mkdir(parents=True, exist_ok=True)
-    names = shard_files(cfg)
-    todo = [n for n in names if not (data_dir / n).exists()]
-    for name in tqdm(todo, desc="distill data (shards)", initial=len(names) - len(todo), total=len(names)):
-        index = int(name.split("_")[1].split(".")[0])
-        shard = (generate_shard(model, chat, cfg, index) if name.startswith("shard_")
-                 else generate_task_shard(model, chat, openings, cfg, index))
+    plan = shard_plan(cfg)
+    todo = [job for job in plan if not (data_dir / job[0]).exists()]
+    for name, task, index in tqdm(todo, desc="distill data (shards)", initial=len(plan) - len(todo), total=len(plan)):
+        shard = (generate_task_shard(model, chat, openings, cfg, index) if task
+                 else generate_shard(model, chat, cfg, index))
         tmp = data_dir / f".{name}.tmp"
         torch.save(shard, tmp)
         os.replace(tmp, data_dir / name)
@@ -343,7 +345,7 @@ class Example:
 
 def load_data(data_dir: Path, cfg: DistillConfig) -> list[Example]:
     seqs = []
-    for name in shard_files(cfg):
+    for name, _, _ in shard_plan(cfg):
         d = torch.load(data_dir / name)
         for s, n in enumerate(d["length"].tolist()):
             seqs.append(Example(d["tokens"][s, :n].long(), d["has_row"][s, :n], d["top_ids"][s, :n].long(),

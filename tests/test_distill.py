@@ -9,7 +9,8 @@ import torch
 from specrepro.autoregressive import autoregressive_generate
 from specrepro.config import DecodeConfig, SamplingConfig
 from specrepro.distill import (DIVERGENCES, ChatFormat, DistillConfig, TaskOpenings, chat_format, coarsen, distill,
-                               fkl, generate_data, generate_shard, generate_task_shard, jsd, rkl, task_kind, tvd)
+                               fkl, generate_data, generate_shard, generate_task_shard, jsd, rkl, task_kind,
+                               teacher_forced_agreement, tvd)
 from specrepro.distill_stems import TASK_KINDS
 from specrepro.draft_model import draft_from_target, load_draft_model, save_draft
 from specrepro.drafters import LMDrafter
@@ -172,7 +173,6 @@ def test_shipped_draft_loads_from_the_zoo():
     assert torch.isfinite(logits).sum(-1).eq(draft.model.n_kept).all()
 
 
-
 @pytest.mark.parametrize("index", range(10))  # the five kinds, greedy then sampled answers
 def test_task_shard_kinds(index):
     target = tiny_model(vocab_size=64, n_layers=2, hidden=32, seed=1)
@@ -190,7 +190,7 @@ def test_task_shard_kinds(index):
         assert rows.sum() > 0
         headers = sum(toks[j: j + 2] == [7, 8] for j in range(len(toks)))
         assert headers == (2 if kind == "chat" else 1)
-        # the teacher rows put their top-1 probability first and sum to at most 1 with the tail
+        # the teacher rows put their top-1 probability first and, with the tail mass, sum to 1
         probs = a["top_probs"][s][a["has_row"][s]].float()
         assert (probs[:, 0] >= probs[:, -1]).all()
         assert torch.allclose(probs.sum(-1) + a["tail"][s][a["has_row"][s]], torch.ones(int(rows.sum())), atol=2e-3)
@@ -227,7 +227,6 @@ def test_chat_format_of_the_offline_target():
 
 
 def test_teacher_forced_agreement():
-    from specrepro.distill import teacher_forced_agreement
     target = tiny_model(vocab_size=64, n_layers=2, hidden=32, seed=1)
     other = tiny_model(vocab_size=64, n_layers=2, hidden=32, seed=2)
     prompts = {"a": [[1, 5, 6, 9]], "b": [[3, 4], [7, 8, 9]]}
