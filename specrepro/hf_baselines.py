@@ -15,6 +15,11 @@ What transformers 5.23 needs (``generation/utils.py``, ``generation/candidate_ge
 - Values ``generate`` is not given are filled from the model's own ``generation_config``, so every
   sampling knob is passed explicitly: ``top_k=0`` disables top-k, ``top_p=1.0`` disables nucleus.
 - Batch size 1 only (assisted decoding refuses more), as our loops.
+- A reduced-vocabulary draft (``draft_model.ReducedVocabDraft``) is not a transformers model; it runs as an
+  assistant through ``ReducedVocabAssistant``, a ``LlamaPreTrainedModel`` over the same module whose config
+  says V (the width of the draft's logits) where the inner Llama config counts the N kept ids + 1:
+  ``generate`` refuses an assistant whose ``config.vocab_size`` differs from the target's (it takes that to
+  mean another tokenizer). The forward pass is the draft's own, so both loops run the same draft.
 
 Randomness comes from torch's global generator, seeded with the run's seed before each call: at T > 0 the
 samples are exact draws from p but not the same draws as ours. Target and draft forward passes are counted
@@ -29,8 +34,11 @@ from typing import Iterator
 
 import torch
 
+from transformers import GenerationMixin, LlamaPreTrainedModel
+
 from .config import DecodeConfig
 from .decoding import Clock, check_prompt, model_device
+from .draft_model import ReducedVocabDraft
 from .models import LoadedModel
 from .record import GenerationRecord
 
@@ -39,17 +47,48 @@ HF_METHODS = ("hf-ar", "hf-assisted", "hf-prompt-lookup")
 COUNTERPART = {"hf-ar": "ar", "hf-assisted": "speculative", "hf-prompt-lookup": "prompt-lookup"}
 
 
+class ReducedVocabAssistant(LlamaPreTrainedModel, GenerationMixin):
+    """A reduced-vocabulary draft as transformers' assisted generation needs an assistant model to be.
+
+    ``generate`` wants a ``PreTrainedModel`` with a ``generation_config`` and a ``config.vocab_size`` equal
+    to the target's; the forward pass is the wrapped draft's own (logits [B, T, V], −inf outside the kept
+    ids, so q is the same q as in our loop). No weights are copied.
+    """
+
+    def __init__(self, draft: ReducedVocabDraft):
+        config = copy.deepcopy(draft.config)
+        config.vocab_size = draft.output_vocab_size
+        super().__init__(config)
+        self.draft = draft
+
+    def forward(self, input_ids: torch.Tensor, past_key_values=None, use_cache: bool | None = None,
+                attention_mask: torch.Tensor | None = None, **_):
+        # position_ids and cache_position are not needed at batch size 1 without padding: the Llama
+        # layers count positions from the cache length, as in our loop.
+        return self.draft(input_ids=input_ids, past_key_values=past_key_values, use_cache=use_cache,
+                          attention_mask=attention_mask)
+
+
 def assisted_unsupported(draft: torch.nn.Module) -> str | None:
     """Why transformers cannot use ``draft`` as an assistant model, or None if it can.
 
     Assisted generation calls the assistant's own ``generate`` and reads its ``generation_config``: a draft
-    that is a plain ``torch.nn.Module`` shaped for our loop (a reduced-vocabulary draft, say) has neither.
+    that is a plain ``torch.nn.Module`` shaped for our loop has neither (a reduced-vocabulary draft is
+    wrapped, see ``as_assistant``).
     """
-    from transformers import GenerationMixin
+    if isinstance(draft, ReducedVocabDraft):
+        return None
     if not isinstance(draft, GenerationMixin) or getattr(draft, "generation_config", None) is None:
         return (f"the draft is a {type(draft).__name__}, not a transformers generation model, so "
                 f"model.generate(assistant_model=...) cannot run it")
     return None
+
+
+def as_assistant(draft: torch.nn.Module) -> torch.nn.Module:
+    """The module to hand to ``generate(assistant_model=...)`` for ``draft``."""
+    if reason := assisted_unsupported(draft):
+        raise ValueError(f"hf-assisted: {reason}")
+    return ReducedVocabAssistant(draft).eval() if isinstance(draft, ReducedVocabDraft) else draft
 
 
 @contextlib.contextmanager
@@ -86,8 +125,7 @@ def hf_generate(method: str, target: LoadedModel, prompt_ids: list[int], config:
         raise ValueError(f"unknown transformers baseline {method!r}; choose one of {', '.join(HF_METHODS)}")
     if method == "hf-assisted" and draft is None:
         raise ValueError("hf-assisted needs a draft model (--draft NAME)")
-    if method == "hf-assisted" and (reason := assisted_unsupported(draft.model)):
-        raise ValueError(f"hf-assisted: {reason}")
+    assistant = as_assistant(draft.model) if method == "hf-assisted" else None
     check_prompt(prompt_ids, config, target.context_length)
     model, s = target.model, config.sampling
     device = model_device(model)
@@ -99,9 +137,9 @@ def hf_generate(method: str, target: LoadedModel, prompt_ids: list[int], config:
         kwargs.update(temperature=s.temperature, top_k=s.top_k, top_p=s.top_p)
     settings: contextlib.AbstractContextManager = contextlib.nullcontext()
     if method == "hf-assisted":
-        kwargs.update(assistant_model=draft.model, num_assistant_tokens=config.gamma,
+        kwargs.update(assistant_model=assistant, num_assistant_tokens=config.gamma,
                       num_assistant_tokens_schedule="constant")
-        settings = _assistant_settings(draft.model, config.gamma)
+        settings = _assistant_settings(assistant, config.gamma)
     elif method == "hf-prompt-lookup":
         kwargs.update(prompt_lookup_num_tokens=config.gamma)
 

@@ -10,8 +10,10 @@ import torch
 from specrepro.bench import (SUMMARY_COLUMNS, BenchConfig, BenchPrompt, ResumeMismatch, load_records,
                              measure_costs, predicted_speedup, run_bench, target_corpus)
 from specrepro.config import DecodeConfig, SamplingConfig
+from specrepro.draft_model import draft_from_target
 from specrepro.drafters import fit_ngram
 from specrepro.generate import generate_ids
+from specrepro.hf_baselines import as_assistant
 from specrepro.models import LoadedModel, layer_skip_draft, tiny_model
 
 METHODS = ("ar", "speculative", "prompt-lookup", "bigram", "hf-ar", "hf-assisted", "hf-prompt-lookup")
@@ -146,6 +148,25 @@ def test_hf_assisted_is_skipped_for_a_draft_transformers_cannot_run(tmp_path, pa
     rows = {r["method"]: r for r in result.summary}
     assert rows["speculative"]["n"] == 1 and rows["hf-assisted"]["n"] == 0
     assert "not a transformers generation model" in result.provenance["sessions"][0]["skipped"]["hf-assisted"]
+
+
+def test_hf_assisted_runs_a_reduced_vocabulary_draft(tmp_path, pair, table_path):
+    """transformers runs our reduced-vocabulary draft through a wrapper and, at T = 0, proposes and keeps
+    what our loop does: the same tokens as greedy decoding."""
+    target, _ = pair
+    reduced = draft_from_target(target.model, torch.arange(0, 32, 2), n_layers=1).eval().requires_grad_(False)
+    assistant = as_assistant(reduced)
+    ids = torch.tensor([PROMPTS[0].ids])  # [1, T]
+    assert assistant.config.vocab_size == 32 and reduced.config.vocab_size == 17  # 16 kept + "other"
+    assert torch.equal(assistant(input_ids=ids).logits, reduced(input_ids=ids).logits)
+    cfg = config(table_path, methods=("ar", "speculative", "hf-assisted"), repeats=1)
+    result = run_bench(cfg, tmp_path, target=target, draft=LoadedModel("reduced", reduced, None),
+                       prompts=PROMPTS, progress=False)
+    rows = {r["method"]: r for r in result.summary}
+    assert rows["hf-assisted"]["n"] == len(PROMPTS) and not result.provenance["sessions"][0]["skipped"]
+    assert rows["hf-assisted"]["identical_to_ar"] == rows["hf-assisted"]["identical_to_counterpart"] == 1.0
+    records = [r for r in load_records(tmp_path) if r["method"] == "hf-assisted"]
+    assert all(r["draft_calls"] > 0 for r in records)
 
 
 def test_config_validation(table_path):
