@@ -72,7 +72,7 @@ class DistillConfig:
     n_kept: int = 8192  # N: output vocabulary (the most likely tokens of the generated text)
     # training
     divergence: str = "fkl"  # fkl | rkl | jsd | tvd
-    steps: int = 600
+    steps: int = 1200
     batch_size: int = 16  # sequences per step
     max_len: int = 384  # positions per training sequence (a two-turn chat or a summary fits)
     lr: float = 2e-3
