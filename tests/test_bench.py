@@ -167,6 +167,13 @@ def test_hf_assisted_runs_a_reduced_vocabulary_draft(tmp_path, pair, table_path)
     assert rows["hf-assisted"]["identical_to_ar"] == rows["hf-assisted"]["identical_to_counterpart"] == 1.0
     records = [r for r in load_records(tmp_path) if r["method"] == "hf-assisted"]
     assert all(r["draft_calls"] > 0 for r in records)
+    # Sampling: transformers divides p by the q of each proposed token; the -inf logits outside the kept
+    # ids give q = 0 only where nothing is ever proposed.
+    sampled = run_bench(config(table_path, methods=("ar", "hf-assisted"), repeats=1, temperature=1.0),
+                        tmp_path / "t1", target=target, draft=LoadedModel("reduced", reduced, None),
+                        prompts=PROMPTS, progress=False)
+    assert {r["method"]: r["n"] for r in sampled.summary}["hf-assisted"] == len(PROMPTS)
+    assert all(0 <= t < 32 for r in load_records(tmp_path / "t1") for t in r["token_ids"])
 
 
 def test_config_validation(table_path):
