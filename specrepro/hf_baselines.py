@@ -33,7 +33,6 @@ import copy
 from typing import Iterator
 
 import torch
-
 from transformers import GenerationMixin, LlamaPreTrainedModel
 
 from .config import DecodeConfig
