@@ -15,7 +15,8 @@ One command runs the whole recipe and writes a folder that describes itself::
 2. Train: a ``ReducedVocabDraft`` (the target's first layers, head over the N most likely tokens of that
    text) minimises a divergence between the coarsened teacher and student distributions.
 3. Evaluate α at T = 0 and T = 1 (γ = 4) with the verification loop on held-out suite prompts, the draft's
-   teacher-forced agreement with the target there, and the cost ratio c of one cached decode step.
+   teacher-forced agreement with the target there, the same agreement on held-out and on training
+   conversations of the data (how much the draft memorised), and the cost ratio c of one cached decode step.
 4. Write ``DIR/config.json``, ``DIR/training_record.json`` and the draft in ``DIR/draft``.
 
 The trainer is a function of (draft, batch, divergence), so on-policy batches (online speculative decoding,
@@ -509,6 +510,30 @@ def teacher_forced_agreement(target: torch.nn.Module, draft: torch.nn.Module, pr
             "max_new": max_new}
 
 
+def data_agreement(draft: ReducedVocabDraft, examples: list[Example], max_len: int, chunk: int = 32) -> dict:
+    """Top-1 agreement and Σ min(p, q) of the draft on stored conversations, read off the teacher rows (no target
+    call): the figures of ``teacher_forced_agreement`` at every position with a row.
+
+    On training conversations against held-out ones of the same kind, the gap says how much the draft has
+    memorised rather than learnt: a large gap means the draft is short of data. Σ min runs over the teacher's
+    top-k ids only (the tail is not stored), so it is a lower bound."""
+    top1 = overlap = 0.0
+    rows = 0
+    with torch.no_grad():
+        for i in range(0, len(examples), chunk):
+            b = collate(examples[i: i + chunk], max_len)
+            z, _ = draft.reduced_logits(b.input_ids, use_cache=False)  # [B, T, N]
+            z = z.float()[b.row_mask]  # [R, N]
+            ids, probs = b.top_ids[b.row_mask], b.top_probs[b.row_mask]  # [R, K] each; column 0 is p's argmax
+            idx = draft.token_map[ids]  # [R, K] draft index, N where the draft cannot emit the id
+            q = z.softmax(-1).gather(-1, idx.clamp(max=draft.n_kept - 1)) * (idx < draft.n_kept)  # [R, K]
+            top1 += float((draft.kept_ids[z.argmax(-1)] == ids[:, 0]).sum())
+            overlap += float(torch.minimum(probs, q).sum())
+            rows += int(z.shape[0])
+    return {"top1": top1 / rows if rows else None, "overlap": overlap / rows if rows else None,
+            "rows": rows, "sequences": len(examples)}
+
+
 def measure_cost_ratio(target: torch.nn.Module, draft: torch.nn.Module, prompt_ids: list[int], steps: int) -> dict:
     """c = draft / target time of one cached decode step (``CachedModel.logits_for``), same context.
 
@@ -603,6 +628,10 @@ def distill(cfg: DistillConfig, out: str | Path, target: LoadedModel | None = No
     eos = eos_ids(ev_target.model, ev_target.tokenizer) or {chat.end}
     alpha = [evaluate_alpha(ev_target.model, ev_draft, prompts, t, cfg, eos) for t in (0.0, 1.0)]
     agreement = teacher_forced_agreement(ev_target.model, ev_draft, prompts, cfg.eval_max_new, eos)
+    # The same figures on the data: held-out conversations against as many training ones (memorisation gap).
+    on_data = {"held_out": data_agreement(ev_draft, val_ex, cfg.max_len),
+               "train": data_agreement(ev_draft, train_ex[:: max(1, len(train_ex) // len(val_ex))][: len(val_ex)],
+                                       cfg.max_len)}
     first = next(p for ps in prompts.values() for p in ps)
     cost = {}
     for n in sorted({cfg.threads, 2}):  # c depends on threads: the target gains more from a second core
@@ -630,6 +659,7 @@ def distill(cfg: DistillConfig, out: str | Path, target: LoadedModel | None = No
                   "val_losses": vals, "kept_step": min(vals, key=lambda v: v[1])[0] if vals else cfg.steps},
         "alpha": {f"T={a['temperature']:g}": a for a in alpha},
         "agreement": agreement,
+        "agreement_on_data": on_data,
         "cost": cost,
         "times_s": {k: round(v, 1) for k, v in times.items()},
         "versions": {"torch": torch.__version__, "python": sys.version.split()[0]},

@@ -8,7 +8,8 @@ import torch
 
 from specrepro.autoregressive import autoregressive_generate
 from specrepro.config import DecodeConfig, SamplingConfig
-from specrepro.distill import (DIVERGENCES, ChatFormat, DistillConfig, TaskOpenings, chat_format, coarsen, distill,
+from specrepro.distill import (DIVERGENCES, ChatFormat, DistillConfig, Example, TaskOpenings, chat_format, coarsen,
+                               data_agreement, distill,
                                fkl, generate_data, generate_shard, generate_task_shard, jsd, rkl, task_kind,
                                teacher_forced_agreement, tvd)
 from specrepro.distill_stems import TASK_KINDS
@@ -153,6 +154,9 @@ def test_tiny_end_to_end_distill(tmp_path):
     assert 0 <= rec["alpha"]["T=0"]["alpha"] <= 1 and 0 <= rec["alpha"]["T=1"]["alpha"] <= 1
     assert rec["cost"]["c"] > 0 and rec["data"]["teacher_rows"] > 0
     assert 0 <= rec["agreement"]["top1"] <= 1 and rec["agreement"]["positions"] == 12
+    for part in ("held_out", "train"):
+        on = rec["agreement_on_data"][part]
+        assert 0 <= on["top1"] <= 1 and 0 <= on["overlap"] <= 1 and on["rows"] > 0
     # Resumable: a second run reuses every shard.
     again = distill(cfg.__class__(**{**cfg.to_dict(), "steps": 2}), tmp_path, target=target, chat=chat,
                     eval_prompts=prompts, command=["test"], openings=_openings())
@@ -240,3 +244,24 @@ def test_teacher_forced_agreement():
     p, q = target(seq).logits[0, -1].softmax(-1), other(seq).logits[0, -1].softmax(-1)
     first = teacher_forced_agreement(target, other, {"a": [[1, 5, 6, 9]]}, max_new=1, eos=set())
     assert first["overlap"] == pytest.approx(float(torch.minimum(p, q).sum()), rel=1e-5)
+
+
+def test_data_agreement_reads_the_teacher_rows():
+    """Teacher rows copied from the draft itself: its argmax is the teacher's (top-1 = 1) and Σ min(p, q) over the
+    stored top-k is the draft's own top-k mass; a teacher whose top-1 the draft cannot emit scores 0 there."""
+    target = tiny_model(vocab_size=64, n_layers=2, hidden=32, seed=1)
+    draft = draft_from_target(target, torch.arange(0, 64, 2), n_layers=1)  # even ids kept
+    tokens = torch.tensor([1, 5, 6, 9, 10, 2, 7, 8])
+    with torch.no_grad():
+        q = draft(input_ids=tokens[None]).logits[0].softmax(-1)  # [L, V]
+    top = torch.topk(q, 4, dim=-1)  # [L, 4]
+    shift = lambda x: torch.cat([x[:1] * 0, x[:-1]])  # row j holds the teacher for token j (predicted at j-1)
+    has_row = torch.ones(len(tokens), dtype=torch.bool)
+    has_row[0] = False
+    own = Example(tokens, has_row, shift(top.indices), shift(top.values), shift(1 - top.values.sum(-1)))
+    got = data_agreement(draft, [own], max_len=64)
+    assert got["rows"] == len(tokens) - 1 and got["top1"] == 1.0
+    assert got["overlap"] == pytest.approx(float(top.values[:-1].sum()) / (len(tokens) - 1), rel=1e-5)
+    odd = torch.full_like(top.indices, 1) + 2 * torch.arange(4)  # odd ids: never kept, q = 0 there
+    other = Example(tokens, has_row, shift(odd), shift(top.values), shift(1 - top.values.sum(-1)))
+    assert data_agreement(draft, [other], max_len=64) == {"top1": 0.0, "overlap": 0.0, "rows": 7, "sequences": 1}
