@@ -65,7 +65,7 @@ class DistillConfig:
     user_max_new: int = 48  # tokens for the sampled user turn
     answer_max_new: int = 128  # tokens for the target's answer
     top_k: int = 32  # teacher probabilities kept per position (plus the tail mass)
-    task_shards: int = 20  # shards of task-style conversations (``distill_stems``), on top of ``shards``
+    task_shards: int = 32  # shards of task-style conversations (``distill_stems``), on top of ``shards``
     task_temperature: float = 0.7  # for the user turns and articles the target writes in task-style shards
     article_max_new: int = 160  # tokens of an article to be summarised (task-style shards)
     # draft

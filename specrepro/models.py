@@ -42,7 +42,7 @@ ZOO: dict[str, ZooEntry] = {
         hub_id="HuggingFaceTB/SmolLM2-135M-Instruct",
     ),
     "smollm2-135m-draft": ZooEntry(
-        description="2-layer reduced-vocabulary draft distilled from smollm2-135m-instruct (python -m specrepro.distill)",
+        description="3-layer reduced-vocabulary draft distilled from smollm2-135m-instruct (python -m specrepro.distill)",
         package="specrepro",
         folder="zoo/smollm2-135m-draft",
     ),
