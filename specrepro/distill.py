@@ -400,12 +400,19 @@ def collate(examples: list[Example], max_len: int) -> DistillBatch:
     return batch
 
 
-def batch_loss(draft: ReducedVocabDraft, batch: DistillBatch, divergence: str = "fkl") -> torch.Tensor:
-    """Mean divergence(teacher, student) over the positions with a teacher row."""
+def student_rows(draft: ReducedVocabDraft, batch: DistillBatch) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """At the R positions with a teacher row: the student's log q over its kept ids [R, N], and teacher and
+    student coarsened to the teacher's top-k + "rest" (``coarsen``): (p, log q) [R, K+1] each."""
     z, _ = draft.reduced_logits(batch.input_ids, use_cache=False)  # [B, T, N]
     logq = z.float().log_softmax(-1)[batch.row_mask]  # [R, N]
     p, logq_c = coarsen(logq, draft.token_map, batch.top_ids[batch.row_mask], batch.top_probs[batch.row_mask],
                         batch.tail[batch.row_mask])  # [R, K+1] each
+    return logq, p, logq_c
+
+
+def batch_loss(draft: ReducedVocabDraft, batch: DistillBatch, divergence: str = "fkl") -> torch.Tensor:
+    """Mean divergence(teacher, student) over the positions with a teacher row."""
+    _, p, logq_c = student_rows(draft, batch)
     return DIVERGENCES[divergence](p, logq_c).mean()
 
 
@@ -522,14 +529,10 @@ def data_agreement(draft: ReducedVocabDraft, examples: list[Example], max_len: i
     with torch.no_grad():
         for i in range(0, len(examples), chunk):
             b = collate(examples[i: i + chunk], max_len)
-            z, _ = draft.reduced_logits(b.input_ids, use_cache=False)  # [B, T, N]
-            z = z.float()[b.row_mask]  # [R, N]
-            ids, probs = b.top_ids[b.row_mask], b.top_probs[b.row_mask]  # [R, K] each; column 0 is p's argmax
-            idx = draft.token_map[ids]  # [R, K] draft index, N where the draft cannot emit the id
-            q = z.softmax(-1).gather(-1, idx.clamp(max=draft.n_kept - 1)) * (idx < draft.n_kept)  # [R, K]
-            top1 += float((draft.kept_ids[z.argmax(-1)] == ids[:, 0]).sum())
-            overlap += float(torch.minimum(probs, q).sum())
-            rows += int(z.shape[0])
+            logq, p, logq_c = student_rows(draft, b)  # [R, N], [R, K+1], [R, K+1]
+            top1 += float((draft.kept_ids[logq.argmax(-1)] == b.top_ids[b.row_mask][:, 0]).sum())  # col 0: p's argmax
+            overlap += float(torch.minimum(p[:, :-1], logq_c[:, :-1].exp()).sum())  # the top-k, not "rest"
+            rows += int(logq.shape[0])
     return {"top1": top1 / rows if rows else None, "overlap": overlap / rows if rows else None,
             "rows": rows, "sequences": len(examples)}
 
