@@ -5,12 +5,27 @@ keeps the longest common prefix of what it holds and that sequence (``DynamicCac
 negative count of tokens to drop) and runs the model on the rest. Rejected draft entries therefore
 disappear at the next call, or at once when the decoding loop calls ``rollback``.
 
-Invariant, checked by ``check()``: cache length == len(self.ids).
+A token tree (``specrepro.tree``: tokens [N], parents [N]) is scored in one forward by ``logits_for_tree``,
+which leaves the N node entries in the cache after the committed ones, in tree order, as a pending tree;
+``keep_path`` then keeps one root path of it, compacted, and drops the rest (a suffix crop is its prefix
+case). Any other call drops a pending tree first.
+
+Invariant, checked by ``check()``: cache length == len(self.ids) + the pending tree's node count.
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch
 from transformers import DynamicCache
+from transformers.cache_utils import DynamicLayer
+
+from . import tree
+
+# Attention implementations that take a custom 4D additive float mask as-is (transformers >= 5: a 4D
+# ``attention_mask`` skips mask creation in ``masking_utils._preprocess_mask_arguments`` and reaches the
+# attention function unchanged; eager adds it to the scores, SDPA passes it as ``attn_mask``).
+TREE_ATTENTION = ("sdpa", "eager")
 
 
 def common_prefix(a: list[int], b: list[int]) -> int:
@@ -19,6 +34,15 @@ def common_prefix(a: list[int], b: list[int]) -> int:
         if a[i] != b[i]:
             return i
     return n
+
+
+@dataclass(frozen=True)
+class PendingTree:
+    """The last tree scored: its nodes sit in the cache right after the ``n_committed`` committed entries."""
+
+    n_committed: int
+    tokens: list[int]  # [N]
+    parents: torch.Tensor  # [N] long, on the CPU
 
 
 class CachedModel:
@@ -31,14 +55,26 @@ class CachedModel:
 
     def reset(self) -> None:
         self.cache = DynamicCache(config=self.model.config)
-        self.ids: list[int] = []  # tokens whose keys/values are in the cache
+        self.ids: list[int] = []  # committed tokens whose keys/values are in the cache, at positions 0..len-1
+        self.tree: PendingTree | None = None  # nodes cached after self.ids by logits_for_tree, not yet kept
 
     @property
     def cache_len(self) -> int:
         return self.cache.get_seq_length()
 
+    @property
+    def tracked_len(self) -> int:
+        return len(self.ids) + (len(self.tree.tokens) if self.tree is not None else 0)
+
+    def _drop_tree(self) -> None:
+        if self.tree is not None:
+            if self.tree.tokens:
+                self.cache.crop(-len(self.tree.tokens))
+            self.tree = None
+
     def rollback(self, keep: int) -> None:
-        """Drop every cached position from ``keep`` on."""
+        """Drop every cached position from ``keep`` on (and a pending tree)."""
+        self._drop_tree()
         drop = len(self.ids) - keep
         if drop > 0:
             self.cache.crop(-drop)
@@ -60,6 +96,112 @@ class CachedModel:
         self.ids.extend(ids[keep:])
         return out.logits[0]  # [n_new, V]
 
+    def logits_for_tree(self, ids: list[int], tokens: torch.Tensor | list[int], parents: torch.Tensor | list[int],
+                        output_hidden: bool = False) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """Score a token tree after the committed ``ids`` in one forward: (logits [N+1, V], hidden [N+1, H] | None).
+
+        Row 0 is the next-token distribution after ``ids``, row i+1 the one after node i's root path (the row
+        convention of ``specrepro.tree``). ``hidden`` (with ``output_hidden``) is the final hidden state that
+        feeds the LM head, after the final norm. The cache first keeps its common prefix with ids[:-1]; the
+        forward runs on the uncached committed tokens (M >= 1, usually just ids[-1]) then the N nodes, with
+        position ids len(ids)−1 + depth and a tree attention mask; a chain takes the plain causal path. After
+        it the cache holds ids and then the N nodes as a pending tree, until ``keep_path`` or any other call.
+        """
+        ids = list(ids)
+        tokens = torch.as_tensor(tokens, dtype=torch.long).cpu()
+        parents = torch.as_tensor(parents, dtype=torch.long).cpu()
+        self._check_tree(ids, tokens, parents)
+        chain = tree.is_chain(parents)
+        if not chain:
+            self._check_tree_attention()
+
+        keep = min(common_prefix(self.ids, ids), len(ids) - 1)
+        self.rollback(keep)  # (drops a pending tree too)
+        m, n = len(ids) - keep, tokens.numel()  # uncached committed tokens, tree nodes
+        new = torch.tensor([ids[keep:] + tokens.tolist()], dtype=torch.long, device=self.device)  # [1, M+N]
+        # A chain's tree mask and positions are the causal ones: let the model build them (cheaper, same result).
+        position_ids, mask = (None, None) if chain else self._tree_inputs(keep, m, parents)
+        with torch.inference_mode():
+            out = self.model(input_ids=new, attention_mask=mask, position_ids=position_ids,
+                             past_key_values=self.cache, use_cache=True, logits_to_keep=n + 1,
+                             output_hidden_states=output_hidden)
+        self.ids.extend(ids[keep:])
+        self.tree = PendingTree(n_committed=len(ids), tokens=tokens.tolist(), parents=parents)
+        logits = out.logits[0, -(n + 1):]  # [N+1, V]
+        # transformers 5 ties hidden_states[-1] to last_hidden_state, the final-norm output the LM head reads.
+        hidden = out.hidden_states[-1][0, -(n + 1):] if output_hidden else None  # [N+1, H]
+        return logits, hidden
+
+    def _tree_inputs(self, n_cached: int, m: int, parents: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """position ids [1, M+N] and the additive tree mask [1, 1, M+N, n_cached+M+N] for the forward.
+
+        The M committed rows see the cache and each other causally; node i sees the cache, all M committed
+        rows (the last is the tree's root) and its own root path (itself and its ancestors), nothing else.
+        """
+        n = parents.numel()
+        newest = n_cached + m - 1  # position of the newest committed token, the root
+        positions = torch.cat([torch.arange(n_cached, newest + 1), newest + tree.depths(parents)])  # [M+N]
+        allowed = torch.zeros(m + n, n_cached + m + n, dtype=torch.bool)  # [M+N, kv]
+        allowed[:, :n_cached] = True
+        allowed[:m, n_cached:n_cached + m] = torch.ones(m, m, dtype=torch.bool).tril()
+        allowed[m:, n_cached:n_cached + m] = True
+        allowed[m:, n_cached + m:] = tree.ancestor_mask(parents)
+        # Additive float, 0 = attend: eager adds the mask to the scores (a bool mask would be added as 0/1),
+        # SDPA takes a float mask in the query dtype, so one form serves both.
+        dtype = self.model.get_input_embeddings().weight.dtype
+        mask = torch.zeros(allowed.shape, dtype=dtype).masked_fill_(~allowed, torch.finfo(dtype).min)
+        return positions[None].to(self.device), mask[None, None].to(self.device)
+
+    def keep_path(self, path: list[int]) -> None:
+        """Keep the committed entries and the pending tree's nodes on ``path`` (a root path, root child first;
+        may be empty) at consecutive positions; drop every other node. Then ids == committed + path tokens."""
+        if self.tree is None:
+            raise ValueError("keep_path needs a tree scored by logits_for_tree (none is pending)")
+        pending, path = self.tree, [int(i) for i in path]
+        n, k, n_nodes = pending.n_committed, len(path), len(pending.tokens)
+        if path and not (0 <= path[-1] < n_nodes and path == tree.root_path(pending.parents, path[-1])):
+            raise ValueError(f"path {path} is not a root path of the last scored tree "
+                             f"(parents {pending.parents.tolist()})")
+        if path != list(range(k)):
+            # Move the kept nodes' entries to n, n+1, …, n+k−1 in every layer (keys/values [B, H, S, D]); the
+            # crop below drops the rest. RoPE was applied before caching, at position n−1 + depth; on a root
+            # path the depths are 1, 2, …, k, so each kept key already carries its new position exactly.
+            src = torch.tensor(path, dtype=torch.long) + n  # [k] cache indices of the kept nodes
+            with torch.inference_mode():
+                for layer in self.cache.layers:
+                    if layer.is_initialized:  # (a layer sharing another's KV may hold none)
+                        at = src.to(layer.keys.device)
+                        layer.keys[..., n:n + k, :] = layer.keys[..., at, :]
+                        layer.values[..., n:n + k, :] = layer.values[..., at, :]
+        if n_nodes > k:
+            self.cache.crop(-(n_nodes - k))
+        self.ids.extend(pending.tokens[i] for i in path)
+        self.tree = None
+
+    def _check_tree(self, ids: list[int], tokens: torch.Tensor, parents: torch.Tensor) -> None:
+        """One clear ValueError per malformed call of logits_for_tree."""
+        if not ids:
+            raise ValueError("logits_for_tree needs at least one committed token (ids is empty)")
+        if tokens.dim() != 1:
+            raise ValueError(f"tokens must be a 1-D tensor [N], got shape {tuple(tokens.shape)}")
+        tree.check_parents(parents, tokens.numel())
+        context = getattr(self.model.config, "max_position_embeddings", None)
+        deepest = len(ids) - 1 + (int(tree.depths(parents).max()) if parents.numel() else 0)
+        if context is not None and deepest >= context:
+            raise ValueError(f"the tree reaches position {deepest} but the model's context is {context} positions "
+                             f"({len(ids)} committed tokens)")
+
+    def _check_tree_attention(self) -> None:
+        impl = self.model.config._attn_implementation
+        if impl not in TREE_ATTENTION:
+            raise ValueError(f"tree attention needs a custom 4D mask, which attn_implementation {impl!r} does not "
+                             f"take; use one of {TREE_ATTENTION} (or score a chain)")
+        # A sliding-window or indexed layer holds more than plain keys/values, which keep_path would not move.
+        odd = {type(layer).__name__ for layer in self.cache.layers if type(layer) is not DynamicLayer}
+        if odd:
+            raise ValueError(f"tree attention needs plain full-attention cache layers, this cache has {sorted(odd)}")
+
     def check(self) -> None:
-        if self.cache_len != len(self.ids):
-            raise AssertionError(f"cache holds {self.cache_len} positions but {len(self.ids)} token ids")
+        if self.cache_len != self.tracked_len:
+            raise AssertionError(f"cache holds {self.cache_len} positions but {len(self.ids)} token ids"
+                                 + (f" and {len(self.tree.tokens)} tree nodes" if self.tree is not None else ""))
