@@ -51,6 +51,7 @@ from .speculative import (
     SLIDES_TABLE2_COLUMNS,
     SLIDES_TABLE3,
     SLIDES_TABLE3_COLUMNS,
+    BetaCurve,
     acceptance_rate,
     expected_speedup,
     expected_tokens,
@@ -66,7 +67,7 @@ __all__ = [
     # modules
     "energy", "mentored", "montecarlo", "moe", "ppd", "speculative",
     # speculative (closed forms)
-    "acceptance_rate", "expected_speedup", "expected_tokens", "expected_tokens_by_position",
+    "BetaCurve", "acceptance_rate", "expected_speedup", "expected_tokens", "expected_tokens_by_position",
     "implied_cost_ratio", "max_beta", "operations_factor", "optimal_gamma", "walltime_factor",
     "SLIDES_TABLE2", "SLIDES_TABLE2_COLUMNS", "SLIDES_TABLE3", "SLIDES_TABLE3_COLUMNS",
     # moe

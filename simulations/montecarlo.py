@@ -25,6 +25,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from . import _checks
+from .speculative import verification_cost
 
 
 @dataclass(frozen=True)
@@ -219,7 +220,7 @@ def estimate_speedup(tokens_per_step, gamma, c, beta=1.0) -> Estimate:
     """
     gamma = _checks.scalar_int("gamma", gamma, minimum=0)
     c = float(_checks.nonnegative("c", c))
-    beta = float(_checks.positive("beta", beta))
+    beta = float(verification_cost(beta, gamma))  # a constant, or a measured BetaCurve read at γ+1
     tokens = estimate_mean(tokens_per_step)
     cost = gamma * c + beta
     return Estimate(tokens.mean / cost, tokens.sem / cost, tokens.n)

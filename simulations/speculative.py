@@ -19,6 +19,8 @@ All functions broadcast over numpy arrays and return a numpy scalar for scalar a
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 
 from . import _checks
@@ -27,6 +29,54 @@ from . import _checks
 # 1000 covers every α ≤ 0.999 for c ≥ 0.01; at α = 1 the speedup grows with γ without bound
 # (for c < 1) and the answer is this cap.
 GAMMA_MAX = 1000
+
+
+@dataclass(frozen=True)
+class BetaCurve:
+    """A measured verification cost β(n) = L_fp(n) / L_fp(1): one target forward over n new tokens after a
+    cached prefix, relative to a one-token decode step (issue 12; ``specrepro.metrics.profile`` measures it).
+
+    Where a function below takes ``beta``, a ``BetaCurve`` may stand in for the constant: a step with γ drafts
+    then costs β(γ+1), so each γ is charged what verifying γ+1 tokens costs on the device that was measured.
+    Between measured sizes β is interpolated linearly; outside them it is an error, never an extrapolation.
+
+    Args:
+        ns: measured sizes, whole numbers ≥ 1, strictly increasing, starting at 1.
+        values: β at each size, > 0 (β(1) = 1 by definition, within rounding).
+    """
+
+    ns: tuple[int, ...]
+    values: tuple[float, ...]
+
+    def __post_init__(self) -> None:
+        ns = _checks.integer("ns", self.ns, minimum=1)
+        values = _checks.positive("values", self.values)
+        if ns.ndim != 1 or ns.shape != values.shape or ns.size == 0:
+            raise ValueError(f"ns and values must be 1-D of equal, non-zero length, got {ns.shape} and {values.shape}")
+        if ns[0] != 1 or np.any(np.diff(ns) <= 0):
+            raise ValueError(f"ns must start at 1 and increase strictly, got {tuple(ns.tolist())}")
+        if not np.isclose(values[0], 1.0, atol=1e-6):
+            raise ValueError(f"β(1) must be 1 (a one-token forward relative to itself), got {values[0]}")
+        object.__setattr__(self, "ns", tuple(int(n) for n in ns))
+        object.__setattr__(self, "values", tuple(float(v) for v in values))
+
+    @property
+    def n_max(self) -> int:
+        return self.ns[-1]
+
+    def __call__(self, n):
+        """β at n new tokens (array-like of whole numbers in [1, n_max])."""
+        n = _checks.integer("n", n, minimum=1)
+        if np.any(n > self.n_max):
+            raise ValueError(f"n = {int(np.max(n))} is outside the measured range 1..{self.n_max} of this β curve")
+        return _checks.scalar_result(np.interp(n, self.ns, self.values))
+
+
+def verification_cost(beta, gamma):
+    """β for a step with γ drafts: the constant itself, or a :class:`BetaCurve` read at γ+1 tokens."""
+    if isinstance(beta, BetaCurve):
+        return np.asarray(beta(np.asarray(gamma) + 1), dtype=float)
+    return _checks.positive("beta", beta)
 
 
 def expected_tokens(alpha, gamma):
@@ -85,12 +135,13 @@ def expected_speedup(alpha, gamma, c, beta=1.0):
         alpha: acceptance rate α in [0, 1].
         gamma: draft tokens per step γ ≥ 0.
         c: draft/target cost ratio of one forward pass, ≥ 0.
-        beta: verification cost relative to one target decode step, > 0 (1 = "The Assumption").
+        beta: verification cost relative to one target decode step, > 0 (1 = "The Assumption"), or a
+            measured :class:`BetaCurve` (β(γ+1) is then charged for γ drafts).
     """
     tau = expected_tokens(alpha, gamma)
     gamma = _checks.integer("gamma", gamma, minimum=0)
     c = _checks.nonnegative("c", c)
-    beta = _checks.positive("beta", beta)
+    beta = verification_cost(beta, gamma)
     return _checks.scalar_result(np.asarray(tau / (gamma * c + beta)))
 
 
@@ -163,14 +214,22 @@ def optimal_gamma(alpha, c, gamma_max=GAMMA_MAX, beta=1.0):
         alpha: acceptance rate α in [0, 1] (array-like).
         c: draft/target cost ratio, ≥ 0 (array-like, broadcast against alpha).
         gamma_max: largest γ considered, ≥ 1.
-        beta: verification cost relative to one decode step, > 0 (array-like, broadcast).
+        beta: verification cost relative to one decode step, > 0 (array-like, broadcast), or a measured
+            :class:`BetaCurve` (then gamma_max is at most its n_max − 1).
     """
     alpha = _checks.probability("alpha", alpha)
     c = _checks.nonnegative("c", c)
-    beta = _checks.positive("beta", beta)
     gamma_max = _checks.scalar_int("gamma_max", gamma_max, minimum=1)
-    alpha, c, beta = np.broadcast_arrays(alpha, c, beta)
     gammas = np.arange(1, gamma_max + 1)  # [G]
+    if isinstance(beta, BetaCurve):
+        if gamma_max > beta.n_max - 1:
+            raise ValueError(f"gamma_max = {gamma_max} needs β up to {gamma_max + 1} tokens; the curve stops at "
+                             f"{beta.n_max}")
+        alpha, c = np.broadcast_arrays(alpha, c)
+        speedup = expected_speedup(alpha[..., None], gammas, c[..., None], beta)  # [..., G]
+        return _checks.scalar_result(gammas[np.argmax(speedup, axis=-1)])
+    beta = _checks.positive("beta", beta)
+    alpha, c, beta = np.broadcast_arrays(alpha, c, beta)
     speedup = expected_speedup(alpha[..., None], gammas, c[..., None], beta[..., None])  # [..., G]
     return _checks.scalar_result(gammas[np.argmax(speedup, axis=-1)])
 
@@ -187,12 +246,12 @@ def implied_cost_ratio(alpha, gamma, speedup, beta=1.0):
         alpha: acceptance rate α in [0, 1].
         gamma: draft tokens per step, ≥ 1.
         speedup: observed speedup, > 0.
-        beta: verification cost relative to one decode step, > 0.
+        beta: verification cost relative to one decode step, > 0, or a measured :class:`BetaCurve`.
     """
     tau = expected_tokens(alpha, gamma)
     gamma = _checks.integer("gamma", gamma, minimum=1)
     speedup = _checks.positive("speedup", speedup)
-    beta = _checks.positive("beta", beta)
+    beta = verification_cost(beta, gamma)
     return _checks.scalar_result(np.asarray((tau / speedup - beta) / gamma))
 
 

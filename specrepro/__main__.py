@@ -15,11 +15,59 @@ def add_decode_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--temperature", type=float, default=0.0)
     p.add_argument("--top-k", type=int, default=0)
     p.add_argument("--top-p", type=float, default=1.0)
-    p.add_argument("--gamma", type=int, default=4)
+    p.add_argument("--gamma", type=gamma_arg, default=4,
+                   help="draft tokens per step, or auto: chosen each step from the device profile and α so far")
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--dtype", default=None, help="bf16 (default), fp16 or fp32")
+    p.add_argument("--dtype", default="auto",
+                   help="auto (default: the fastest for the method per the device profile), bf16, fp16 or fp32")
     p.add_argument("--device", default=None, help="cpu or cuda (default: cuda when available)")
     p.add_argument("--no-chat-template", action="store_true", help="feed the prompt as plain text")
+
+
+def gamma_arg(value: str) -> int | str:
+    if value == "auto":
+        return value
+    try:
+        return int(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"gamma must be an integer >= 1 or auto, got {value!r}") from None
+
+
+def plan_dtype_and_gamma(method: str, args: argparse.Namespace):
+    """The dtype to load (the profile's choice for ``--dtype auto``, and why) and the γ policy.
+
+    Profiles come from the cache (``python -m specrepro calibrate``), or are measured now and cached.
+    Returns (dtype, provenance for the records, γ policy or None for a fixed γ)."""
+    import torch
+
+    from .adaptive import AdaptiveGamma
+    from .generate import method_kind
+    from .metrics.profile import DEFAULT_ALPHA_PRIOR, candidate_dtypes, choose_dtype, cpu_info, dtype_name, get_profile
+    from .models import default_device, draft_alpha_prior
+
+    kind = method_kind(method)
+    if args.threads is not None:
+        torch.set_num_threads(args.threads)
+    device = torch.device(args.device) if args.device else default_device()
+    draft = args.draft if kind == "draft model" else None
+    alpha = draft_alpha_prior(draft, args.temperature) if draft else None
+    profiles = {}
+
+    def profile(dtype: str):
+        if dtype not in profiles:
+            profiles[dtype] = get_profile(args.target, draft, dtype, device=device, threads=args.threads)
+        return profiles[dtype]
+    if args.dtype == "auto":
+        for dtype in candidate_dtypes(device):
+            profile(dtype)
+        choice = choose_dtype(profiles, kind, args.gamma, DEFAULT_ALPHA_PRIOR if alpha is None else alpha)
+        dtype, why = choice.dtype, choice.reason
+    else:
+        dtype, why = dtype_name(args.dtype), "named with --dtype"
+    policy = None
+    if args.gamma == "auto" and kind != "plain":
+        policy = AdaptiveGamma.from_profile(profile(dtype), model_free=kind == "model-free", alpha_prior=alpha)
+    return dtype, {"dtype_reason": why, "cpu_kernel_flags": cpu_info()["kernel_flags"]}, policy
 
 
 def cmd_generate(args: argparse.Namespace) -> int:
@@ -42,14 +90,16 @@ def cmd_generate(args: argparse.Namespace) -> int:
     if needs == "n-gram table" and args.ngram_table is None:
         raise ValueError(f"--method {args.method} needs --ngram-table FILE (an .npz written by NGramTable.save)")
 
-    target = load_model(args.target, dtype=args.dtype, device=args.device)  # once per invocation
+    dtype, provenance, policy = plan_dtype_and_gamma(args.method, args)
+    target = load_model(args.target, dtype=dtype, device=args.device)  # once per invocation
     draft = None
     if needs == "draft model":
         draft = load_draft(args.draft, target)
     elif needs == "n-gram table":
         draft = args.ngram_table
     for prompt_id, messages in prompts:
-        rec = generate(target, messages, config, draft=draft, chat_template=not args.no_chat_template)
+        rec = generate(target, messages, config, draft=draft, chat_template=not args.no_chat_template,
+                       gamma_policy=policy, provenance=provenance)
         if args.json:
             d = rec.to_dict()
             d.update(prompt_id=prompt_id, target=args.target, draft=args.draft)
@@ -72,12 +122,26 @@ def build_parser() -> argparse.ArgumentParser:
     add_decode_args(gen)
     gen.add_argument("--json", action="store_true", help="print one JSON object per prompt (JSON Lines)")
     gen.add_argument("--ngram-table", default=None, help="n-gram table (.npz) for --method unigram / bigram")
+    gen.add_argument("--threads", type=int, default=None, help="torch.set_num_threads (default: torch's)")
     gen.set_defaults(func=cmd_generate)
+
+    cal = sub.add_parser("calibrate", help="measure the device profile: c, L_fp(n), β(n) per dtype (cached)")
+    cal.add_argument("--target", default="smollm2-135m-instruct", help="zoo name, local folder or hub id")
+    cal.add_argument("--draft", default=None, help="draft model (for c); none: the target alone")
+    cal.add_argument("--dtype", default="auto", help="auto (every candidate dtype of the device), bf16, fp16 or fp32")
+    cal.add_argument("--device", default=None, help="cpu or cuda (default: cuda when available)")
+    cal.add_argument("--threads", type=int, default=None, help="torch.set_num_threads (default: torch's)")
+    cal.add_argument("--out", default=None, help="also write the profile(s) here (a .json file, or a folder)")
+    cal.add_argument("--recalibrate", action="store_true", help="measure again even if a cached profile exists")
+    cal.add_argument("--repeats", type=int, default=5, help="timed rounds per median")
+    cal.add_argument("--context-tokens", type=int, default=256, help="length of the cached prefix")
+    cal.set_defaults(func=cmd_calibrate)
 
     bench = sub.add_parser("bench", help="benchmark methods on a prompt suite (see specrepro.bench)")
     bench.add_argument("--methods", required=True,
                        help="comma-separated: ar, speculative, prompt-lookup, unigram, bigram, hf-ar, hf-assisted, "
-                            "hf-prompt-lookup")
+                            "hf-prompt-lookup; each may carry its own dtype and γ: speculative:fp32:g2, "
+                            "prompt-lookup:auto:gauto")
     src = bench.add_mutually_exclusive_group(required=True)
     src.add_argument("--suite", help="offline suite: instruct, chat, math, summarize, humaneval or mixed")
     src.add_argument("--prompts", help='JSON Lines file, one {"prompt": ...} per line')
@@ -89,8 +153,44 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--ngram-table", default=None, help="n-gram table (.npz) for unigram / bigram")
     bench.add_argument("--warmup-tokens", type=int, default=16, help="tokens per warm-up run (0: no warm-up)")
     bench.add_argument("--no-progress", action="store_true", help="no progress bar")
+    bench.add_argument("--gamma-max", type=int, default=16, help="largest γ that --gamma auto considers")
     bench.set_defaults(func=cmd_bench)
     return parser
+
+
+def cmd_calibrate(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    import torch
+
+    from .metrics.profile import DEFAULT_ALPHA_PRIOR, candidate_dtypes, choose_dtype, dtype_name, get_profile
+    from .models import default_device, draft_alpha_prior
+
+    device = torch.device(args.device) if args.device else default_device()
+    dtypes = candidate_dtypes(device) if args.dtype == "auto" else (dtype_name(args.dtype),)
+    if args.out is not None and len(dtypes) > 1 and Path(args.out).suffix == ".json":
+        raise ValueError("--dtype auto writes one profile per dtype: give --out a folder, not a .json file")
+    alpha = draft_alpha_prior(args.draft) if args.draft else None
+    profiles = {}
+    for dtype in dtypes:
+        out = None
+        if args.out is not None:
+            out = Path(args.out) if Path(args.out).suffix == ".json" else Path(args.out) / f"profile-{dtype}.json"
+        profiles[dtype] = get_profile(args.target, args.draft, dtype, device=device, threads=args.threads,
+                                      recalibrate=args.recalibrate, context_tokens=args.context_tokens,
+                                      repeats=args.repeats, out=out)
+    for dtype, p in profiles.items():
+        betas = " ".join(f"β({n})={p.beta(n):.2f}" for n in range(2, 10))
+        c = f"c={p.c:.3f}" if p.c is not None else "c=- (no draft)"
+        print(f"{dtype}: L_fp(1)={1e3 * p.decode_s:.1f} ms (IQR {1e3 * p.forward[0][1].p25_s:.1f}-"
+              f"{1e3 * p.forward[0][1].p75_s:.1f}), {c}, {betas}")
+    if len(profiles) > 1:
+        print("auto, plain decoding: " + choose_dtype(profiles, "plain").reason)
+        if args.draft is not None:
+            prior = DEFAULT_ALPHA_PRIOR if alpha is None else alpha
+            print("auto, speculative (γ auto): " + choose_dtype(profiles, "draft model", "auto", prior).reason)
+        print("auto, model-free drafts (γ auto): " + choose_dtype(profiles, "model-free", "auto").reason)
+    return 0
 
 
 def cmd_bench(args: argparse.Namespace) -> int:
@@ -102,7 +202,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
     config = BenchConfig(
         methods=tuple(m.strip() for m in args.methods.split(",") if m.strip()), target=args.target,
         draft=args.draft, prompts=source, limit=args.limit, max_new_tokens=args.max_new_tokens,
-        temperature=args.temperature, top_k=args.top_k, top_p=args.top_p, gamma=args.gamma,
+        temperature=args.temperature, top_k=args.top_k, top_p=args.top_p, gamma=args.gamma, gamma_max=args.gamma_max,
         repeats=args.repeats, seed=args.seed, dtype=args.dtype, device=args.device, threads=args.threads,
         ngram_table=str(Path(args.ngram_table).resolve()) if args.ngram_table else None,
         chat_template=not args.no_chat_template, warmup_tokens=args.warmup_tokens)

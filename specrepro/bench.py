@@ -1,41 +1,44 @@
 """Benchmark: every method on the same prompts, interleaved, resumable, with the cost model beside it.
 
     python -m specrepro bench --methods ar,speculative,prompt-lookup,hf-ar,hf-assisted,hf-prompt-lookup \\
-        --target smollm2-135m-instruct --draft layers:8 --suite mixed --max-new-tokens 64 \\
-        --temperature 0 --gamma 4 --repeats 1 --out runs/bench
+        --target smollm2-135m-instruct --draft smollm2-135m-draft --suite mixed --max-new-tokens 64 \\
+        --temperature 0 --gamma 4 --dtype auto --repeats 1 --out runs/bench
+
+A method may be listed as a *variant* with its own dtype and γ, so one run compares them side by side:
+``speculative:fp32:g2``, ``prompt-lookup:bf16:gauto``, ``ar:fp32`` (fields after the name in any order: a dtype
+bf16 | fp16 | fp32 | auto, and gN or gauto). Unset fields take ``--dtype`` and ``--gamma``.
 
 How the timings are kept fair:
 
-1. One warm-up run per method on the first prompt (not recorded) before anything is timed.
-2. c and β measured once per session (:func:`measure_costs`): c = one draft decode step / one target decode
-   step, β = one (γ+1)-token target forward / one 1-token forward, each the median of timed
-   ``CachedModel.logits_for`` calls on a realistic context, rolled back after each call.
-3. Methods interleaved per prompt (for each prompt, for each repeat, every method), so drift in machine
-   load hits all of them alike; seed = base seed + repeat, the same for every method.
+1. One warm-up run per variant on the first prompt (not recorded) before anything is timed.
+2. The device profile of every dtype in use (L_fp(n) for n = 1..γ_max+1 and one draft decode step, so c and
+   β(n); ``specrepro.metrics.profile.measure``) is measured at the start of each session on a realistic
+   context; it predicts each variant's speedup from its real steps (``bench_summary``), and it is what
+   ``--dtype auto`` and ``--gamma auto`` decide with.
+3. Variants interleaved per prompt (for each prompt, for each repeat, every variant), so drift in machine load
+   hits all of them alike; seed = base seed + repeat, the same for every variant.
 4. Clocks synchronise with the device (``decoding.Clock``); the thread count is recorded.
 
 Files in ``DIR``:
 
 - ``config.json``      the arguments; a restart into ``DIR`` with different ones is refused (:class:`ResumeMismatch`);
-- ``records.jsonl``    one record per (method, prompt_id, repeat), appended and flushed as each finishes;
+- ``records.jsonl``    one record per (variant, prompt_id, repeat), appended and flushed as each finishes;
                        a restart skips those already written;
-- ``provenance.json``  git revision, versions, device, dtype, threads, load, seeds, c and β of every session,
-                       and the T = 0 cross-check (records whose tokens differ from ar or their counterpart);
-- ``summary.csv``      per method: tokens/s, speedup vs ``ar``, α, tokens per target call, c, β, the
-                       predicted speedup (survey blog, *Batch Size*: (1 − α^{γ+1}) / ((1 − α)(γc + β)))
-                       and efficiency = measured / predicted speedup; written at the end (tmp + rename).
+- ``provenance.json``  git revision, versions, device, CPU flags, the dtype of every variant and why, threads,
+                       load, seeds, the device profile of every session, and the T = 0 cross-check (records whose
+                       tokens differ from ar or their counterpart at the same dtype);
+- ``summary.csv``      per variant: tokens/s, speedup vs the ``ar`` baseline, α, tokens per target call, c, β,
+                       the predicted speedup and efficiency = measured / predicted; written at the end.
 """
 from __future__ import annotations
 
-import csv
+import copy
 import dataclasses
 import hashlib
 import json
-import math
 import os
 import platform
 import statistics
-import subprocess
 import sys
 import time
 from dataclasses import dataclass
@@ -44,21 +47,26 @@ from typing import Callable, Sequence
 
 import torch
 
+from .adaptive import AdaptiveGamma, FixedGamma
+from .bench_summary import (SUMMARY_COLUMNS, format_summary, mismatches, pooled_profile, predicted_speedup,
+                            read_summary, summarize, write_summary)
 from .config import DecodeConfig, SamplingConfig
-from .decoding import Clock, eos_ids, model_device
+from .decoding import eos_ids, model_device
 from .drafters import Drafter
-from .generate import METHODS, REGISTRY, drafter_for, encode_prompt, generate_ids
-from .hf_baselines import COUNTERPART, HF_METHODS, assisted_unsupported, hf_generate
-from .kvcache import CachedModel
-from .models import LoadedModel, load_draft, load_model
+from .generate import METHODS, REGISTRY, drafter_for, encode_prompt, generate_ids, method_kind
+from .hf_baselines import HF_METHODS, assisted_unsupported, hf_generate
+from .metrics.profile import (Profile, ProfileKey, candidate_dtypes, choose_dtype, cpu_info, dtype_name, measure)
+from .models import LoadedModel, draft_alpha_prior, load_draft, load_model, parse_dtype
 from .prompts import load_prompts_file, load_suite
+from .provenance import atomic_write_text, git_revision
+
+__all__ = ["SUMMARY_COLUMNS", "BenchConfig", "BenchPrompt", "BenchResult", "ResumeMismatch", "Variant",
+           "format_summary", "load_records", "predicted_speedup", "read_summary", "run_bench", "run_sweep",
+           "target_corpus"]
 
 ALL_METHODS = (*METHODS, *HF_METHODS)
 DRAFT_MODEL_METHODS = ("speculative", "hf-assisted")  # methods that run a draft model (c > 0)
-MODEL_FREE_METHODS = ("prompt-lookup", "unigram", "bigram", "hf-prompt-lookup")  # c = 0
-SUMMARY_COLUMNS = ("method", "n", "new_tokens", "wall_time_s", "tokens_per_s", "speedup", "alpha",
-                   "mean_accepted", "mean_proposed", "c", "beta", "predicted_speedup", "efficiency",
-                   "identical_to_ar", "identical_to_counterpart")
+DTYPE_FIELDS = ("auto", "bf16", "fp16", "fp32")
 
 
 class ResumeMismatch(ValueError):
@@ -66,10 +74,40 @@ class ResumeMismatch(ValueError):
 
 
 @dataclass(frozen=True)
+class Variant:
+    """One column of a benchmark: a method at a dtype and a γ."""
+
+    label: str  # as listed: "speculative:fp32:g2"; the records' "method"
+    method: str  # the registered method: "speculative"
+    dtype: str | None  # bf16 | fp16 | fp32 | auto, or None for the run's default
+    gamma: int | str  # γ or "auto"
+
+    @classmethod
+    def parse(cls, label: str, default_dtype: str | None, default_gamma: int | str) -> "Variant":
+        method, *fields = label.split(":")
+        if method not in ALL_METHODS:
+            raise ValueError(f"unknown method {method!r} in {label!r}; choose from {', '.join(ALL_METHODS)}")
+        dtype, gamma = default_dtype, default_gamma
+        for field in fields:
+            if field in DTYPE_FIELDS:
+                dtype = field
+            elif field == "gauto":
+                gamma = "auto"
+            elif field.startswith("g") and field[1:].isdigit() and int(field[1:]) >= 1:
+                gamma = int(field[1:])
+            else:
+                raise ValueError(f"bad field {field!r} in {label!r}: expected a dtype ({', '.join(DTYPE_FIELDS)}) "
+                                 f"or gN (N >= 1) or gauto")
+        if gamma == "auto" and method in HF_METHODS:
+            raise ValueError(f"{label}: gamma auto is our loop's policy; transformers' baselines take a fixed γ")
+        return cls(label, method, dtype, gamma)
+
+
+@dataclass(frozen=True)
 class BenchConfig:
     """Everything that defines a benchmark run; stored as ``config.json`` and compared on resume."""
 
-    methods: tuple[str, ...]  # run in this order for every (prompt, repeat)
+    methods: tuple[str, ...]  # variants, run in this order for every (prompt, repeat): "ar", "speculative:fp32:g2"
     target: str  # name of the target (zoo name, folder, hub id, or a label for a model passed in)
     draft: str | None = None  # draft model for "speculative" / "hf-assisted" (layers:K allowed)
     prompts: str = "suite:mixed"  # "suite:NAME", "file:PATH", or a label for prompts passed in
@@ -78,35 +116,45 @@ class BenchConfig:
     temperature: float = 0.0
     top_k: int = 0
     top_p: float = 1.0
-    gamma: int = 4  # γ for every speculative method and the transformers baselines
+    gamma: int | str = 4  # γ for every variant that names none; "auto": chosen each step from the profile
+    gamma_max: int = 16  # largest γ that gamma auto considers
     repeats: int = 1
     seed: int = 0  # base seed; repeat r uses seed + r
-    dtype: str | None = None  # None: the loader's default (bf16)
+    dtype: str | None = None  # default dtype of the variants: None = the given models' (or the loader's), or auto
     device: str | None = None
     threads: int | None = None  # torch.set_num_threads; None leaves torch's default (recorded anyway)
     ngram_table: str | None = None  # .npz from NGramTable.save, for "unigram" / "bigram"
     chat_template: bool = True
     warmup_tokens: int = 16  # max_new_tokens of the unrecorded warm-up runs; 0 skips them
-    cost_repeats: int = 7  # timed calls per median in measure_costs
+    cost_repeats: int = 7  # timed rounds per median of the session's device profile
     prompt_digest: str = ""  # sha256 of the encoded prompts, filled in by run_bench
     weights_digest: str = ""  # sha256 of the target's and draft's weights, filled in by run_bench
 
     def __post_init__(self) -> None:
-        unknown = [m for m in self.methods if m not in ALL_METHODS]
-        if not self.methods or unknown:
-            raise ValueError(f"unknown method(s) {unknown or '(none given)'}; choose from {', '.join(ALL_METHODS)}")
+        if not self.methods:
+            raise ValueError(f"no method given; choose from {', '.join(ALL_METHODS)}")
         if len(set(self.methods)) != len(self.methods):
             raise ValueError(f"a method is listed twice in {self.methods}")
+        if self.dtype is not None and self.dtype != "auto":
+            dtype_name(self.dtype)  # one clear error for an unknown dtype
         if self.repeats < 1:
             raise ValueError(f"repeats must be >= 1, got {self.repeats}")
+        if self.gamma_max < 1:
+            raise ValueError(f"gamma_max must be >= 1, got {self.gamma_max}")
+        self.variants()  # validates every label
         self.decode_config("ar", 0)  # validates max_new_tokens, gamma, the sampling knobs
+
+    def variants(self) -> list[Variant]:
+        return [Variant.parse(m, self.dtype, self.gamma) for m in self.methods]
 
     def sampling(self) -> SamplingConfig:
         return SamplingConfig(temperature=self.temperature, top_k=self.top_k, top_p=self.top_p)
 
-    def decode_config(self, method: str, repeat: int, max_new_tokens: int | None = None) -> DecodeConfig:
-        return DecodeConfig(method=method, max_new_tokens=max_new_tokens or self.max_new_tokens, gamma=self.gamma,
-                            sampling=self.sampling(), seed=self.seed + repeat)
+    def decode_config(self, method: str, repeat: int, max_new_tokens: int | None = None,
+                      gamma: int | str | None = None) -> DecodeConfig:
+        return DecodeConfig(method=method, max_new_tokens=max_new_tokens or self.max_new_tokens,
+                            gamma=self.gamma if gamma is None else gamma, sampling=self.sampling(),
+                            seed=self.seed + repeat)
 
     def to_dict(self) -> dict:
         return json.loads(json.dumps(dataclasses.asdict(self)))  # tuples -> lists, as read back
@@ -126,62 +174,7 @@ class BenchResult:
     provenance: dict
 
 
-# ----------------------------------------------------------------------------------------- costs
-
-
-def measure_costs(target: torch.nn.Module, draft: torch.nn.Module | None, context: list[int], gamma: int,
-                  repeats: int = 7, warmup: int = 2) -> dict:
-    """Median times of one decode step and one (γ+1)-token verification after ``context`` is cached.
-
-    β = t_target(γ+1) / t_target(1), c = t_draft(1) / t_target(1) (None without a draft). The calls
-    alternate so that a change in machine load affects numerator and denominator alike.
-    """
-    def timer(model: torch.nn.Module) -> Callable[[int], float]:
-        cm, clock = CachedModel(model), Clock(model_device(model))
-        cm.logits_for(context)  # prefill once; every timed call adds n tokens and rolls them back
-        def time_step(n: int) -> float:
-            t0 = clock.now()
-            cm.logits_for(context + context[:n])
-            elapsed = clock.now() - t0
-            cm.rollback(len(context))
-            return elapsed
-        return time_step
-
-    steps = {"target_1": timer(target), "target_verify": timer(target)}
-    if draft is not None:
-        steps["draft_1"] = timer(draft)
-    sizes = {"target_1": 1, "target_verify": gamma + 1, "draft_1": 1}
-    times: dict[str, list[float]] = {k: [] for k in steps}
-    for i in range(warmup + repeats):
-        for key, step in steps.items():
-            t = step(sizes[key])
-            if i >= warmup:
-                times[key].append(t)
-    med = {k: statistics.median(v) for k, v in times.items()}
-    return {
-        "context_tokens": len(context), "gamma": gamma, "repeats": repeats,
-        "t_target_1_s": med["target_1"], "t_target_verify_s": med["target_verify"],
-        "t_draft_1_s": med.get("draft_1"),
-        "beta": med["target_verify"] / med["target_1"],
-        "c": med["draft_1"] / med["target_1"] if draft is not None else None,
-    }
-
-
-def predicted_speedup(alpha: float | None, gamma: int, c: float, beta: float) -> float | None:
-    """Survey blog (seed 004), *Batch Size*: E(speedup) = (1 − α^{γ+1}) / ((1 − α)(γc + β))."""
-    if alpha is None or beta is None or c is None:
-        return None
-    from simulations.speculative import expected_speedup
-    return float(expected_speedup(alpha, gamma, c, beta))
-
-
 # -------------------------------------------------------------------------------------- run files
-
-
-def _write_atomic(path: Path, text: str) -> None:
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(text)
-    os.replace(tmp, path)
 
 
 def check_config(out: Path, config: BenchConfig, ignore: Sequence[str] = ()) -> None:
@@ -224,17 +217,6 @@ def record_key(record: dict) -> tuple[str, str, int]:
     return record["method"], record["prompt_id"], record["repeat"]
 
 
-def _git_revision() -> str:
-    root = Path(__file__).resolve().parents[1]
-    try:
-        rev = subprocess.run(["git", "rev-parse", "HEAD"], cwd=root, capture_output=True, text=True, check=True)
-        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=root,
-                               capture_output=True, text=True, check=True)
-        return rev.stdout.strip() + (" (with uncommitted changes)" if dirty.stdout.strip() else "")
-    except (OSError, subprocess.CalledProcessError):
-        return "unknown"
-
-
 def _device_name(device: torch.device) -> str:
     if device.type == "cuda":
         return torch.cuda.get_device_name(device)
@@ -247,118 +229,20 @@ def _device_name(device: torch.device) -> str:
     return f"cpu: {platform.processor() or platform.machine()} ({os.cpu_count()} logical cores)"
 
 
-def _session_info(target: LoadedModel, config: BenchConfig) -> dict:
+def _session_info(config: BenchConfig, device: torch.device) -> dict:
     import transformers
-    device = model_device(target.model)
     return {
         "started_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-        "git_revision": _git_revision(),
+        "git_revision": git_revision(),
         "versions": {"python": platform.python_version(), "torch": torch.__version__,
                      "transformers": transformers.__version__},
         "device": str(device), "device_name": _device_name(device),
-        "dtype": str(next(target.model.parameters()).dtype).replace("torch.", ""),
+        "cpu_kernel_flags": cpu_info()["kernel_flags"],  # what decides which bf16/fp16 kernels run
         "threads": torch.get_num_threads(),
         # Other processes on the machine skew every timing; the 1/5/15-minute load says how busy it was.
         "load_average": list(os.getloadavg()) if hasattr(os, "getloadavg") else None,
         "seeds": [config.seed + r for r in range(config.repeats)],
     }
-
-
-# ------------------------------------------------------------------------------------------ summary
-
-
-def _pooled_alpha(records: list[dict]) -> float | None:
-    accepted = tested = 0
-    for r in records:
-        for a, g in zip(r["accept_lengths"], r["proposed_lengths"]):
-            accepted += a
-            tested += a + (a < g)  # every accepted draft plus the first rejected one
-    return accepted / tested if tested else None
-
-
-def _identical(records: list[dict], by_key: dict, other: str) -> float | None:
-    pairs = [(r, by_key.get((other, r["prompt_id"], r["repeat"]))) for r in records]
-    pairs = [(r, o) for r, o in pairs if o is not None]
-    return sum(r["token_ids"] == o["token_ids"] for r, o in pairs) / len(pairs) if pairs else None
-
-
-def summarize(records: list[dict], config: BenchConfig, costs: dict) -> list[dict]:
-    """One row per method (``SUMMARY_COLUMNS``). Totals are pooled over prompts and repeats."""
-    by_key = {record_key(r): r for r in records}
-    greedy = config.temperature == 0
-    rows, ar_tps = [], None
-    for method in config.methods:
-        rs = [r for r in records if r["method"] == method]
-        tokens = sum(r["new_tokens"] for r in rs)
-        wall = sum(r["wall_time_s"] for r in rs)
-        calls = [r["target_calls"] for r in rs]
-        tps = tokens / wall if wall > 0 else None
-        if method == "ar":
-            ar_tps = tps
-        alpha = _pooled_alpha(rs)
-        c = costs.get("c") if method in DRAFT_MODEL_METHODS else (0.0 if method in MODEL_FREE_METHODS else None)
-        if method in ("ar", "hf-ar"):
-            predicted = 1.0  # no drafting: the model predicts the speed of ar itself
-        else:
-            predicted = predicted_speedup(alpha, config.gamma, c, costs.get("beta"))
-        rows.append({
-            "method": method, "n": len(rs), "new_tokens": tokens, "wall_time_s": wall, "tokens_per_s": tps,
-            "speedup": None, "alpha": alpha,
-            "mean_accepted": tokens / sum(calls) if rs and all(k for k in calls) else None,
-            "mean_proposed": (sum(sum(r["proposed_lengths"]) for r in rs) / sum(calls)
-                              if rs and method in REGISTRY and REGISTRY[method].build and all(calls) else None),
-            "c": c, "beta": costs.get("beta"), "predicted_speedup": predicted, "efficiency": None,
-            "identical_to_ar": _identical(rs, by_key, "ar") if greedy and method != "ar" else None,
-            "identical_to_counterpart": (_identical(rs, by_key, COUNTERPART[method])
-                                         if greedy and method in COUNTERPART else None),
-        })
-    for row in rows:
-        if ar_tps and row["tokens_per_s"]:
-            row["speedup"] = row["tokens_per_s"] / ar_tps
-            if row["predicted_speedup"]:
-                row["efficiency"] = row["speedup"] / row["predicted_speedup"]
-    return rows
-
-
-def mismatches(records: list[dict], config: BenchConfig) -> list[str]:
-    """At T = 0, every record whose tokens differ from its reference (ar, and the HF counterpart)."""
-    if config.temperature != 0:
-        return []
-    by_key, lines = {record_key(r): r for r in records}, []
-    for r in records:
-        for other in {"ar", COUNTERPART.get(r["method"], "ar")} - {r["method"]}:
-            o = by_key.get((other, r["prompt_id"], r["repeat"]))
-            if o is not None and o["token_ids"] != r["token_ids"]:
-                a, b = r["token_ids"], o["token_ids"]
-                first = next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b)))
-                lines.append(f"{r['method']} vs {other} on {r['prompt_id']} (repeat {r['repeat']}): "
-                             f"first difference at generated token {first} ({len(a)} vs {len(b)} tokens)")
-    return lines
-
-
-def write_summary(out: Path, rows: list[dict]) -> Path:
-    path = Path(out) / "summary.csv"
-    tmp = path.with_name(".summary.csv.tmp")
-    with open(tmp, "w", newline="") as handle:
-        writer = csv.DictWriter(handle, fieldnames=SUMMARY_COLUMNS, lineterminator="\n")
-        writer.writeheader()
-        for row in rows:
-            writer.writerow({k: ("" if row[k] is None else row[k]) for k in SUMMARY_COLUMNS})
-    os.replace(tmp, path)
-    return path
-
-
-def read_summary(out: Path) -> list[dict]:
-    """summary.csv back as dicts, numbers as floats and empty cells as None."""
-    def cell(v: str):
-        if v == "":
-            return None
-        try:
-            return float(v)
-        except ValueError:
-            return v
-    with open(Path(out) / "summary.csv", newline="") as handle:
-        return [{k: cell(v) for k, v in row.items()} for row in csv.DictReader(handle)]
 
 
 # -------------------------------------------------------------------------------------------- run
@@ -395,12 +279,119 @@ def _weights_digest(*models: torch.nn.Module | None) -> str:
     return h.hexdigest()
 
 
-def _cost_context(prompts: Sequence[BenchPrompt], config: BenchConfig, context_length: int) -> list[int]:
+def _weights_digest(*models: torch.nn.Module | None) -> str:
+    """sha256 over every parameter's name, shape and an evenly strided sample of at most ~4096 of its values:
+    a draft retrained under the same name must not resume a run made with the old one. Sampling keeps this
+    cheap for billion-parameter models on a GPU (no full copy to the host)."""
+    h = hashlib.sha256()
+    for model in models:
+        for name, param in ([] if model is None else model.named_parameters()):
+            flat = param.detach().reshape(-1)
+            sample = flat[:: max(1, flat.numel() // 4096)].float().cpu()  # [<= ~4096]
+            h.update(f"{name}{tuple(param.shape)}".encode())
+            h.update(sample.numpy().tobytes())
+    return h.hexdigest()
+
+
+def _cost_context(prompts: Sequence[BenchPrompt], config: BenchConfig, context_length: int, n_max: int) -> list[int]:
     """A context as long as a typical step sees: the median prompt plus half the generation."""
     length = int(statistics.median(len(p.ids) for p in prompts)) + config.max_new_tokens // 2
-    length = max(2, min(length, context_length - config.gamma - 2))
+    length = max(2, min(length, context_length - n_max - 1))
     longest = max(prompts, key=lambda p: len(p.ids)).ids
     return (longest * (length // len(longest) + 1))[:length]
+
+
+class _Models:
+    """The target and draft at every dtype a run needs. Loaded by name at each dtype (so fp32 is the real fp32
+    weights, not a cast of bf16 ones), or, for models passed in, copies cast to the dtype (recorded)."""
+
+    def __init__(self, config: BenchConfig, target: LoadedModel | None, draft: LoadedModel | None,
+                 needs_draft: bool):
+        self.config, self.needs_draft, self.given = config, needs_draft, target is not None
+        self.by_dtype: dict[str, tuple[LoadedModel, LoadedModel | None]] = {}
+        self.notes: list[str] = []
+        if target is not None:
+            reference = dtype_name(next(target.model.parameters()).dtype)
+            if draft is not None and dtype_name(next(draft.model.parameters()).dtype) != reference:
+                raise ValueError("the target and the draft passed in have different dtypes")
+        else:
+            device = torch.device(config.device) if config.device else None
+            concrete = config.dtype if config.dtype not in (None, "auto") else None
+            reference = (dtype_name(parse_dtype(concrete, device or _default_device())) if config.dtype != "auto"
+                         else "fp32")
+            target = load_model(config.target, dtype=reference, device=config.device)
+            if needs_draft and draft is None:
+                draft = self._load_draft(target, reference)
+        self.reference = reference  # the dtype of the models every digest and encoding uses
+        self.by_dtype[reference] = (target, draft)
+
+    def _load_draft(self, target: LoadedModel, dtype: str) -> LoadedModel:
+        if self.config.draft is None:
+            raise ValueError(f"methods {[m for m in self.config.methods if m.split(':')[0] in DRAFT_MODEL_METHODS]} "
+                             f"need --draft NAME")
+        return load_draft(self.config.draft, target, dtype=dtype)
+
+    def at(self, dtype: str) -> tuple[LoadedModel, LoadedModel | None]:
+        if dtype not in self.by_dtype:
+            target, draft = self.by_dtype[self.reference]
+            torch_dtype = parse_dtype(dtype, model_device(target.model))
+            if self.given:
+                self.notes.append(f"{dtype} models are copies of the {self.reference} models passed in, cast")
+                cast = lambda m: None if m is None else LoadedModel(m.name, copy.deepcopy(m.model).to(torch_dtype),
+                                                                   m.tokenizer)
+                self.by_dtype[dtype] = (cast(target), cast(draft))
+            else:
+                t = load_model(self.config.target, dtype=dtype, device=self.config.device)
+                self.by_dtype[dtype] = (t, self._load_draft(t, dtype) if self.needs_draft else None)
+        return self.by_dtype[dtype]
+
+    @property
+    def target(self) -> LoadedModel:
+        return self.by_dtype[self.reference][0]
+
+    @property
+    def draft(self) -> LoadedModel | None:
+        return self.by_dtype[self.reference][1]
+
+
+def _default_device() -> torch.device:
+    from .models import default_device
+    return default_device()
+
+
+def _n_max(variants: list, config: BenchConfig) -> int:
+    """The largest forward a session's profile must time: γ+1 for the largest fixed γ, or γ_max+1."""
+    gammas = [config.gamma_max if v.gamma == "auto" else v.gamma for v in variants if method_kind(v.method) != "plain"]
+    return max(gammas, default=1) + 1
+
+
+def _measure_profiles(models: _Models, dtypes: Sequence[str], context: list[int], config: BenchConfig,
+                      n_max: int) -> dict[str, Profile]:
+    profiles = {}
+    for dtype in dtypes:
+        target, draft = models.at(dtype)
+        key = ProfileKey.here(model_device(target.model), config.target, config.draft if draft else None, dtype)
+        profiles[dtype] = measure(target.model, draft.model if draft else None, context, key,
+                                  ns=range(1, n_max + 1), repeats=config.cost_repeats, warmup=2)
+    return profiles
+
+
+def _resolve_dtypes(variants: list, profiles: dict[str, Profile], models: _Models, config: BenchConfig,
+                    alpha_prior: float | None) -> tuple[list, dict[str, str]]:
+    """Concrete dtypes for every variant: as named, the run's reference for None, the profile's choice for
+    auto (and why)."""
+    resolved, reasons = [], {}
+    for v in variants:
+        dtype = v.dtype
+        if dtype is None:
+            dtype, reasons[v.label] = models.reference, "the run's default dtype"
+        elif dtype == "auto":
+            choice = choose_dtype(profiles, method_kind(v.method), v.gamma, alpha_prior or 0.5, config.gamma_max)
+            dtype, reasons[v.label] = choice.dtype, choice.reason
+        else:
+            dtype, reasons[v.label] = dtype_name(dtype), "named in the method list"
+        resolved.append(dataclasses.replace(v, dtype=dtype))
+    return resolved, reasons
 
 
 def run_bench(config: BenchConfig, out: str | Path, *, target: LoadedModel | None = None,
@@ -409,93 +400,141 @@ def run_bench(config: BenchConfig, out: str | Path, *, target: LoadedModel | Non
               progress: bool = True) -> BenchResult:
     """Run (or resume) a benchmark into ``out``; models and prompts are loaded from ``config`` unless given.
 
-    ``drafters`` overrides the drafter of a speculative method (e.g. an n-gram drafter built in memory).
-    ``on_record(record)`` runs after each record is written (tests interrupt a run with it).
+    ``drafters`` overrides the drafter of a speculative method (e.g. an n-gram drafter built in memory), keyed
+    by method name. ``on_record(record)`` runs after each record is written (tests interrupt a run with it).
     """
     from tqdm.auto import tqdm
 
     out = Path(out)
     check_config(out, config, ignore=("prompt_digest", "weights_digest"))  # before any slow loading
-    ngram = [m for m in config.methods if REGISTRY.get(m) and REGISTRY[m].needs == "n-gram table"]
-    if config.ngram_table is None and any(m not in (drafters or {}) for m in ngram):
+    variants = config.variants()
+    drafters = dict(drafters or {})
+    ngram = [v.label for v in variants if REGISTRY.get(v.method) and REGISTRY[v.method].needs == "n-gram table"]
+    if config.ngram_table is None and any(v.method not in drafters for v in variants if v.label in ngram):
         raise ValueError(f"methods {ngram} need --ngram-table FILE (an .npz written by NGramTable.save)")
     if config.threads is not None:
         torch.set_num_threads(config.threads)
-    if target is None:
-        target = load_model(config.target, dtype=config.dtype, device=config.device)
-    needs_draft = any(m in DRAFT_MODEL_METHODS and m not in (drafters or {}) for m in config.methods)
-    if needs_draft and draft is None:
-        if config.draft is None:
-            raise ValueError(f"methods {[m for m in config.methods if m in DRAFT_MODEL_METHODS]} need --draft NAME")
-        draft = load_draft(config.draft, target, dtype=config.dtype)
+    needs_draft = any(v.method in DRAFT_MODEL_METHODS and v.method not in drafters for v in variants)
+    models = _Models(config, target, draft, needs_draft)
     if prompts is None:
-        prompts = encode_prompts(target, config.prompts, config.limit, config.chat_template)
+        prompts = encode_prompts(models.target, config.prompts, config.limit, config.chat_template)
     prompts = list(prompts)[:config.limit] if config.limit is not None else list(prompts)
     if not prompts:
         raise ValueError("no prompts to run")
     if len({p.id for p in prompts}) != len(prompts):
         raise ValueError("prompt ids must be unique: they key the records")
-    config = dataclasses.replace(config, prompt_digest=_digest(prompts),
-                                 weights_digest=_weights_digest(target.model, draft.model if draft else None))
+    config = dataclasses.replace(config, prompt_digest=_digest(prompts), weights_digest=_weights_digest(
+        models.target.model, models.draft.model if models.draft else None))
     check_config(out, config)
     out.mkdir(parents=True, exist_ok=True)
-    _write_atomic(out / "config.json", json.dumps(config.to_dict(), indent=1) + "\n")
-
-    drafters = dict(drafters or {})
-    for m in config.methods:
-        if m in REGISTRY and REGISTRY[m].build is not None and m not in drafters:
-            source = {"draft model": draft, "n-gram table": config.ngram_table}.get(REGISTRY[m].needs)
-            drafters[m] = drafter_for(source, m)
-    eos = eos_ids(target.model, target.tokenizer)
-
-    def run_one(method: str, prompt: BenchPrompt, repeat: int, max_new_tokens: int | None = None):
-        dc = config.decode_config(method, repeat, max_new_tokens)
-        if method in HF_METHODS:
-            return hf_generate(method, target, prompt.ids, dc, eos, draft)
-        return generate_ids(target, prompt.ids, dc, draft=drafters.get(method))
-
-    # A baseline that cannot run with these models is skipped, said on stderr and in the provenance; its
-    # summary row has n = 0 rather than the whole benchmark failing.
-    skipped = {}
-    if "hf-assisted" in config.methods and draft is not None and (reason := assisted_unsupported(draft.model)):
-        skipped["hf-assisted"] = reason
-        print(f"specrepro bench: skipping hf-assisted: {reason}", file=sys.stderr)
-    methods = [m for m in config.methods if m not in skipped]
-
-    records = load_records(out)
-    done = {record_key(r) for r in records}
-    todo = [(p, r, m) for p in prompts for r in range(config.repeats) for m in methods
-            if (m, p.id, r) not in done]
+    atomic_write_text(out / "config.json", json.dumps(config.to_dict(), indent=1) + "\n")
+    eos = eos_ids(models.target.model, models.target.tokenizer)
+    alpha_prior = draft_alpha_prior(config.draft, config.temperature) if config.draft else None
 
     prov_path = out / "provenance.json"
     provenance = json.loads(prov_path.read_text()) if prov_path.exists() else {"config": config.to_dict(),
                                                                                 "sessions": []}
-    if todo:
-        session = _session_info(target, config)
-        session["skipped"] = skipped
+    records = load_records(out)
+    done = {record_key(r) for r in records}
+    todo_all = [(p, r, v.label) for p in prompts for r in range(config.repeats) for v in variants
+                if (v.label, p.id, r) not in done]
+
+    # The session's device profile, for every dtype in use (and every candidate when a variant says auto):
+    # measured before any timed record, so it also decides auto dtypes the first time.
+    device = model_device(models.target.model)
+    auto = any(v.dtype == "auto" for v in variants)
+    if "resolved_dtypes" in provenance:  # a resumed run keeps the dtypes it started with
+        resolved = [dataclasses.replace(v, dtype=provenance["resolved_dtypes"][v.label]["dtype"]) for v in variants]
+    else:
+        resolved = None
+    session = None
+    if todo_all or resolved is None:
+        session = _session_info(config, device)
         load, cores = session["load_average"], os.cpu_count() or 1
         if load and load[0] > cores - 0.5:
             advice = ("; with several torch threads on a shared CPU every parallel region waits for descheduled "
                       "threads (consider --threads 1)" if torch.get_num_threads() > 1 else "")
             print(f"specrepro bench: the machine is busy (load {load[0]:.1f} on {cores} cores): timings will be "
                   f"noisy{advice}", file=sys.stderr)
-        if config.warmup_tokens > 0:
-            for m in methods:
-                run_one(m, prompts[0], 0, min(config.warmup_tokens, config.max_new_tokens))
-        session["costs"] = measure_costs(target.model, draft.model if draft is not None else None,
-                                         _cost_context(prompts, config, target.context_length), config.gamma,
-                                         repeats=config.cost_repeats)
+        dtypes = {v.dtype if v.dtype not in (None, "auto") else models.reference for v in variants}
+        if auto and resolved is None:
+            dtypes |= set(candidate_dtypes(device))
+        if resolved is not None:
+            dtypes = {v.dtype for v in resolved}
+        n_max = _n_max(variants, config)
+        context = _cost_context(prompts, config, models.target.context_length, n_max)
+        profiles = _measure_profiles(models, sorted(dtypes, key=str), context, config, n_max)
+        if resolved is None:
+            resolved, reasons = _resolve_dtypes(variants, profiles, models, config, alpha_prior)
+            provenance["resolved_dtypes"] = {v.label: {"dtype": v.dtype, "reason": reasons[v.label]}
+                                             for v in resolved}
+        session["profiles"] = {d: p.to_dict() for d, p in profiles.items()}
+        base = next((v for v in resolved if v.method == "ar"), resolved[0])
+        gamma = config.gamma if isinstance(config.gamma, int) else None
+        bp = profiles[base.dtype]
+        session["costs"] = {"dtype": base.dtype, "c": bp.c,
+                            "beta": bp.beta(gamma + 1) if gamma and gamma + 1 <= bp.n_max else None}
         provenance["sessions"].append(session)
-        _write_atomic(prov_path, json.dumps(provenance, indent=1) + "\n")
+        atomic_write_text(prov_path, json.dumps(provenance, indent=1) + "\n")
+    by_label = {v.label: v for v in resolved}
+    profiles = _session_profiles(provenance["sessions"])
 
+    # Drafters and γ policies, one per variant.
+    for v in resolved:
+        if REGISTRY.get(v.method) and REGISTRY[v.method].build is not None and v.label not in drafters:
+            if v.method in drafters:
+                drafters[v.label] = drafters[v.method]
+                continue
+            t, d = models.at(v.dtype)
+            source = {"draft model": d, "n-gram table": config.ngram_table}.get(REGISTRY[v.method].needs)
+            drafters[v.label] = drafter_for(source, v.method)
+
+    def policy(v: Variant):
+        if v.gamma != "auto":
+            return FixedGamma(v.gamma)
+        kind = method_kind(v.method)
+        return AdaptiveGamma.from_profile(profiles[v.dtype], model_free=kind == "model-free",
+                                          alpha_prior=alpha_prior if kind == "draft model" else None,
+                                          gamma_max=config.gamma_max)
+
+    def run_one(label: str, prompt: BenchPrompt, repeat: int, max_new_tokens: int | None = None):
+        v = by_label[label]
+        t, d = models.at(v.dtype)
+        dc = config.decode_config(v.method, repeat, max_new_tokens, gamma=v.gamma)
+        why = provenance["resolved_dtypes"][label]["reason"]
+        if v.method in HF_METHODS:
+            rec = hf_generate(v.method, t, prompt.ids, dc, eos, d)
+            rec.provenance = {"dtype": v.dtype, "dtype_reason": why}
+            return rec
+        return generate_ids(t, prompt.ids, dc, draft=drafters.get(label), gamma_policy=policy(v),
+                            provenance={"dtype_reason": why})
+
+    # A baseline that cannot run with these models is skipped, said on stderr and in the provenance; its
+    # summary row has n = 0 rather than the whole benchmark failing.
+    skipped = {}
+    for v in resolved:
+        if v.method == "hf-assisted" and models.draft is not None and (reason := assisted_unsupported(models.draft.model)):
+            skipped[v.label] = reason
+            print(f"specrepro bench: skipping {v.label}: {reason}", file=sys.stderr)
+    todo = [job for job in todo_all if job[2] not in skipped]
+
+    if todo:
+        session["skipped"] = skipped
+        session["model_notes"] = models.notes
+        if config.warmup_tokens > 0:
+            for v in resolved:
+                if v.label not in skipped:
+                    run_one(v.label, prompts[0], 0, min(config.warmup_tokens, config.max_new_tokens))
         bar = tqdm(total=len(done) + len(todo), initial=len(done), desc=f"bench {out.name}", file=sys.stderr,
                    disable=not progress, unit="run")
         with open(out / "records.jsonl", "a") as handle:
-            for prompt, repeat, method in todo:
-                rec = run_one(method, prompt, repeat)
+            for prompt, repeat, label in todo:
+                rec = run_one(label, prompt, repeat)
+                v = by_label[label]
                 row = rec.to_dict()
-                row.update(prompt_id=prompt.id, repeat=repeat, seed=config.seed + repeat, target=config.target,
-                           draft=config.draft if method in DRAFT_MODEL_METHODS else None)
+                row.update(method=label, base_method=v.method, prompt_id=prompt.id, repeat=repeat,
+                           seed=config.seed + repeat, target=config.target,
+                           draft=config.draft if v.method in DRAFT_MODEL_METHODS else None)
                 handle.write(json.dumps(row) + "\n")
                 handle.flush()
                 os.fsync(handle.fileno())
@@ -506,26 +545,29 @@ def run_bench(config: BenchConfig, out: str | Path, *, target: LoadedModel | Non
         bar.close()
         session["finished_utc"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
         session["records_written"] = len(todo)
-        _write_atomic(prov_path, json.dumps(provenance, indent=1) + "\n")
+        atomic_write_text(prov_path, json.dumps(provenance, indent=1) + "\n")
 
-    costs = _pooled_costs(provenance["sessions"])
-    summary = summarize(records, config, costs)
+    greedy = config.temperature == 0
+    baseline = next((v.label for v in resolved if v.label == "ar"), next((v.label for v in resolved
+                                                                          if v.method == "ar"), None))
+    summary = summarize(records, resolved, greedy, profiles, baseline)
     write_summary(out, summary)
     # The T = 0 cross-check: every method should reproduce greedy decoding token for token; in bf16 a
     # (γ+1)-token forward can round differently from a 1-token one and flip a near-tie argmax.
-    provenance["t0_mismatches"] = mismatches(records, config)
-    _write_atomic(prov_path, json.dumps(provenance, indent=1) + "\n")
+    provenance["t0_mismatches"] = mismatches(records, resolved, greedy)
+    atomic_write_text(prov_path, json.dumps(provenance, indent=1) + "\n")
     for line in provenance["t0_mismatches"]:
         print(f"specrepro bench: T=0 tokens differ: {line}", file=sys.stderr)
     return BenchResult(out=out, records=records, summary=summary, provenance=provenance)
 
 
-def _pooled_costs(sessions: list[dict]) -> dict:
-    """c and β for the summary: the median over the sessions that measured them (one, unless resumed)."""
-    def med(key: str) -> float | None:
-        values = [s["costs"][key] for s in sessions if s.get("costs") and s["costs"].get(key) is not None]
-        return statistics.median(values) if values else None
-    return {"c": med("c"), "beta": med("beta")}
+def _session_profiles(sessions: list[dict]) -> dict[str, Profile]:
+    """Per dtype, the profile for the summary: pooled over the sessions that measured it (one, unless resumed)."""
+    by_dtype: dict[str, list[Profile]] = {}
+    for s in sessions:
+        for dtype, d in (s.get("profiles") or {}).items():
+            by_dtype.setdefault(dtype, []).append(Profile.from_dict(d))
+    return {dtype: pooled_profile(ps) for dtype, ps in by_dtype.items()}
 
 
 def target_corpus(target: LoadedModel, prompts: Sequence[BenchPrompt], max_new_tokens: int,
@@ -567,22 +609,7 @@ def run_sweep(base: BenchConfig, out: str | Path, gammas: Sequence[int], tempera
     rows = []
     for temperature in temperatures:
         for gamma in gammas:
-            config = dataclasses.replace(base, temperature=float(temperature), gamma=int(gamma))
+            config = dataclasses.replace(base, temperature=float(temperature), gamma=gamma)
             result = run_bench(config, Path(out) / f"T{temperature:g}_g{gamma}", **objects)
-            rows += [{"temperature": float(temperature), "gamma": int(gamma), **row} for row in result.summary]
+            rows += [{"temperature": float(temperature), **row, "gamma": gamma} for row in result.summary]
     return rows
-
-
-def format_summary(rows: list[dict]) -> str:
-    """A plain-text table of a summary for the terminal."""
-    def fmt(v) -> str:
-        if v is None:
-            return "-"
-        return f"{v:.3f}" if isinstance(v, float) and not math.isnan(v) else str(v)
-    cols = ("method", "n", "tokens_per_s", "speedup", "alpha", "mean_accepted", "c", "beta",
-            "predicted_speedup", "efficiency", "identical_to_ar", "identical_to_counterpart")
-    cells = [[fmt(r.get(c)) for c in cols] for r in rows]
-    widths = [max(len(c), *(len(row[i]) for row in cells)) for i, c in enumerate(cols)]
-    lines = ["  ".join(c.ljust(w) for c, w in zip(cols, widths))]
-    lines += ["  ".join(v.ljust(w) for v, w in zip(row, widths)) for row in cells]
-    return "\n".join(lines)

@@ -38,7 +38,7 @@ class DecodeConfig:
 
     method: str = "speculative"  # "ar" or "speculative" (later methods register more names)
     max_new_tokens: int = 64  # hard cap; a step that accepts several tokens never overshoots it
-    gamma: int = 4  # γ, draft tokens proposed per target call (ignored by "ar")
+    gamma: int | str = 4  # γ, draft tokens per target call (ignored by "ar"); "auto": chosen each step (adaptive.py)
     sampling: SamplingConfig = SamplingConfig()
     seed: int = 0  # seeds the torch.Generator that supplies every uniform the decoder draws
     stop_at_eos: bool = True
@@ -46,8 +46,8 @@ class DecodeConfig:
     def __post_init__(self) -> None:
         if not isinstance(self.max_new_tokens, int) or self.max_new_tokens < 1:
             raise ValueError(f"max_new_tokens must be an integer >= 1, got {self.max_new_tokens!r}")
-        if not isinstance(self.gamma, int) or self.gamma < 1:
-            raise ValueError(f"gamma (draft tokens per step) must be an integer >= 1, got {self.gamma!r}")
+        if self.gamma != "auto" and (not isinstance(self.gamma, int) or isinstance(self.gamma, bool) or self.gamma < 1):
+            raise ValueError(f"gamma (draft tokens per step) must be an integer >= 1 or 'auto', got {self.gamma!r}")
         if not isinstance(self.seed, int):
             raise ValueError(f"seed must be an integer, got {self.seed!r}")
 

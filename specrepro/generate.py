@@ -6,6 +6,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
+from .adaptive import GammaPolicy
 from .autoregressive import autoregressive_generate
 from .config import DecodeConfig
 from .decoding import eos_ids
@@ -93,12 +94,27 @@ def single_sequence(prompt_ids) -> list[int]:
     return [int(t) for t in prompt_ids]
 
 
+def method_kind(method: str) -> str:
+    """How a method spends time, for the device profile's choices: "plain" (one target call per token),
+    "draft model" (a draft model runs, c > 0) or "model-free" (drafts cost nothing, c = 0)."""
+    base = method.removeprefix("hf-")
+    base = {"assisted": "speculative"}.get(base, base)
+    if base not in REGISTRY:
+        raise ValueError(f"unknown method {method!r}; choose one of {', '.join(METHODS)}")
+    if REGISTRY[base].build is None:
+        return "plain"
+    return "draft model" if REGISTRY[base].needs == "draft model" else "model-free"
+
+
 def generate_ids(target: LoadedModel, prompt_ids, config: DecodeConfig,
-                 draft: LoadedModel | Drafter | NGramTable | str | None = None) -> GenerationRecord:
+                 draft: LoadedModel | Drafter | NGramTable | str | None = None,
+                 gamma_policy: GammaPolicy | None = None, provenance: dict | None = None) -> GenerationRecord:
     """Run ``config.method`` on token ids (batch size 1); returns the record with decoded text.
 
     ``draft``: a draft model ("speculative"), an n-gram table or its .npz path ("unigram", "bigram"),
     nothing ("ar", "prompt-lookup"), or a ready ``Drafter`` for any speculative method.
+    ``gamma_policy``: how many drafts per step (``config.gamma == "auto"`` needs an ``AdaptiveGamma``).
+    ``provenance``: what the caller knows about the run (dtype and why), copied into the record.
     """
     prompt_ids = single_sequence(prompt_ids)
     eos = eos_ids(target.model, target.tokenizer)
@@ -106,14 +122,18 @@ def generate_ids(target: LoadedModel, prompt_ids, config: DecodeConfig,
         rec = autoregressive_generate(target.model, prompt_ids, config, eos, target.context_length)
     elif config.method in REGISTRY:
         rec = speculative_generate(target.model, drafter_for(draft, config.method), prompt_ids, config, eos,
-                                   context_length=target.context_length, method=config.method)
+                                   context_length=target.context_length, method=config.method,
+                                   gamma_policy=gamma_policy)
     else:
         raise ValueError(f"unknown method {config.method!r}; choose one of {', '.join(METHODS)}")
+    rec.provenance = {"dtype": str(next(target.model.parameters()).dtype).replace("torch.", ""),
+                      "device": str(next(target.model.parameters()).device), **(provenance or {}), **rec.provenance}
     if target.tokenizer is not None:
         rec.text = target.tokenizer.decode(rec.token_ids, skip_special_tokens=True)
     return rec
 
 
 def generate(target: LoadedModel, prompt: str | Messages, config: DecodeConfig,
-             draft: LoadedModel | Drafter | NGramTable | str | None = None, chat_template: bool = True) -> GenerationRecord:
-    return generate_ids(target, encode_prompt(target, prompt, chat_template), config, draft)
+             draft: LoadedModel | Drafter | NGramTable | str | None = None, chat_template: bool = True,
+             gamma_policy: GammaPolicy | None = None, provenance: dict | None = None) -> GenerationRecord:
+    return generate_ids(target, encode_prompt(target, prompt, chat_template), config, draft, gamma_policy, provenance)

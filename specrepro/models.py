@@ -204,6 +204,23 @@ def load_draft(name: str, target: LoadedModel, dtype: str | torch.dtype | None =
     return draft
 
 
+def draft_alpha_prior(name: str, temperature: float = 0.0) -> float | None:
+    """The α a draft's own training record measured on held-out prompts (at T = 0 or T = 1, whichever is
+    nearer), for the adaptive γ policy's prior; None when the draft has no record (a hub model, layers:K)."""
+    if name in ZOO and ZOO[name].folder is not None:
+        folder = Path(__file__).parent / ZOO[name].folder
+    elif Path(name).expanduser().is_dir():
+        folder = Path(name).expanduser()
+    else:
+        return None
+    path = folder / "training_record.json"
+    try:
+        alpha = json.loads(path.read_text())["alpha"]
+        return float(alpha["T=0" if temperature < 0.5 else "T=1"]["alpha"])
+    except (OSError, KeyError, TypeError, ValueError):
+        return None
+
+
 def check_pair(draft: LoadedModel, target: LoadedModel) -> None:
     """Draft and target must share the vocabulary: same size and the same token <-> id map."""
     problems = []

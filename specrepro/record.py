@@ -16,11 +16,13 @@ class GenerationRecord:
     draft_calls: int = 0  # draft model forward passes (0 for model-free drafts)
     accept_lengths: list[int] = field(default_factory=list)  # draft tokens accepted, one per verifying target call
     proposed_lengths: list[int] = field(default_factory=list)  # draft tokens offered, one per verifying target call
+    gammas: list[int] = field(default_factory=list)  # γ asked of the drafter at each step (varies with --gamma auto)
     time_draft_s: float = 0.0
     time_target_s: float = 0.0
     time_other_s: float = 0.0
     stop_reason: str = ""  # "eos" or "max_new_tokens"
     config: dict = field(default_factory=dict)
+    provenance: dict = field(default_factory=dict)  # dtype and why, device, the γ policy: what made this record
 
     @property
     def new_tokens(self) -> int:

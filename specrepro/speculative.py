@@ -9,6 +9,7 @@ from typing import Callable
 import torch
 
 from .acceptance import speculative_sampling
+from .adaptive import FixedGamma, GammaPolicy
 from .config import DecodeConfig
 from .decoding import commit, start_run
 from .drafters.base import Drafter, Proposal
@@ -23,17 +24,28 @@ def speculative_generate(target: torch.nn.Module, drafter: Drafter, prompt_ids: 
                          eos: set[int] = frozenset(), rule: AcceptanceRule = speculative_sampling,
                          context_length: int | None = None, method: str = "speculative",
                          on_step: Callable[[CachedModel, Drafter, list[int]], None] | None = None,
-                         ) -> GenerationRecord:
-    """Batch size 1. ``on_step(target_cache, drafter, committed_ids)`` runs after each step (tests use it)."""
+                         gamma_policy: GammaPolicy | None = None) -> GenerationRecord:
+    """Batch size 1. ``on_step(target_cache, drafter, committed_ids)`` runs after each step (tests use it).
+
+    ``gamma_policy`` says how many drafts to ask for at each step: ``FixedGamma(config.gamma)`` unless given
+    (``config.gamma == "auto"`` needs an ``AdaptiveGamma`` built from a device profile).
+    """
+    if gamma_policy is None:
+        if config.gamma == "auto":
+            raise ValueError("gamma 'auto' needs a device profile: pass gamma_policy=AdaptiveGamma.from_profile(...) "
+                             "(the command line calibrates one for you)")
+        gamma_policy = FixedGamma(config.gamma)
     run = start_run(target, prompt_ids, config, method, context_length)
     generator, clock, p_model, ids, out, rec = run.generator, run.clock, run.p_model, run.ids, run.out, run.rec
+    rec.provenance["gamma_policy"] = gamma_policy.to_dict()
     drafter.reset()
 
     start = clock.now()
     stop = None
     while stop is None:
-        # 1. Draft: at most γ tokens, and never more than the budget left after the token the target adds.
-        gamma = min(config.gamma, config.max_new_tokens - len(out) - 1)
+        # 1. Draft: γ from the policy (α so far), never more than the budget left after the target's token.
+        gamma = min(gamma_policy.choose(sum(rec.accept_lengths), rec.tested), config.max_new_tokens - len(out) - 1)
+        rec.gammas.append(gamma)
         t0 = clock.now()
         if gamma > 0:
             proposal = drafter.propose(ids, gamma, config.sampling, generator)

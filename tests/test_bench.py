@@ -7,8 +7,11 @@ import json
 import pytest
 import torch
 
-from specrepro.bench import (SUMMARY_COLUMNS, BenchConfig, BenchPrompt, ResumeMismatch, load_records,
-                             measure_costs, predicted_speedup, run_bench, target_corpus)
+from simulations.speculative import expected_tokens
+from specrepro.bench import (SUMMARY_COLUMNS, BenchConfig, BenchPrompt, ResumeMismatch, Variant, load_records,
+                             predicted_speedup, run_bench, target_corpus)
+from specrepro.bench_summary import predicted_from_steps
+from specrepro.metrics.profile import Profile
 from specrepro.config import DecodeConfig, SamplingConfig
 from specrepro.draft_model import draft_from_target
 from specrepro.drafters import fit_ngram
@@ -70,9 +73,20 @@ def test_writes_records_summary_provenance(tmp_path, pair, table_path):
     tps = sum(r["new_tokens"] for r in recs) / sum(r["wall_time_s"] for r in recs)
     assert spec["tokens_per_s"] == pytest.approx(tps)
     assert spec["speedup"] == pytest.approx(tps / by_method["ar"]["tokens_per_s"])
-    assert spec["predicted_speedup"] == pytest.approx(
-        predicted_speedup(spec["alpha"], 3, spec["c"], spec["beta"]))
+    # The prediction charges each step its real proposal length g: Σ τ(α, g) tokens for Σ (g c L1 + L(g+1)).
+    prov = json.loads((tmp_path / "provenance.json").read_text())
+    profile = Profile.from_dict(prov["sessions"][0]["profiles"]["fp32"])
+    steps = [g for r in recs for g in r["proposed_lengths"]]
+    plain = sum(r["target_calls"] - len(r["proposed_lengths"]) for r in recs)
+    assert steps and max(steps) == 3
+    tokens = plain + sum(float(expected_tokens(spec["alpha"], g)) for g in steps)
+    seconds = plain * profile.l_fp(1) + sum(g * spec["c"] * profile.l_fp(1) + profile.l_fp(g + 1) for g in steps)
+    assert spec["predicted_speedup"] == pytest.approx(tokens * profile.l_fp(1) / seconds)
     assert spec["efficiency"] == pytest.approx(spec["speedup"] / spec["predicted_speedup"])
+    assert spec["c"] == pytest.approx(profile.c) and spec["beta"] == pytest.approx(profile.beta(4))
+    # With every step at γ the per-step prediction is the survey blog's closed form.
+    assert predicted_from_steps(0.6, [3] * 5, 0, 0.2, profile, profile.l_fp(1)) == pytest.approx(
+        predicted_speedup(0.6, 3, 0.2, profile.beta(4)))
     assert by_method["prompt-lookup"]["c"] == 0.0 and by_method["bigram"]["c"] == 0.0
     # T = 0: every method, ours or transformers', reproduces greedy decoding on this fp32 model.
     for method in METHODS[1:]:
@@ -80,12 +94,14 @@ def test_writes_records_summary_provenance(tmp_path, pair, table_path):
     for method in ("hf-ar", "hf-assisted", "hf-prompt-lookup"):
         assert by_method[method]["identical_to_counterpart"] == 1.0, method
 
-    prov = json.loads((tmp_path / "provenance.json").read_text())
     session = prov["sessions"][0]
-    assert {"git_revision", "versions", "device", "dtype", "threads", "seeds", "costs"} <= set(session)
+    assert {"git_revision", "versions", "device", "cpu_kernel_flags", "threads", "seeds", "costs",
+            "profiles"} <= set(session)
     assert session["threads"] == 1 and session["seeds"] == [0, 1]
     assert session["costs"]["beta"] > 0 and session["costs"]["c"] > 0
     assert prov["config"]["methods"] == list(METHODS)
+    assert {v["dtype"] for v in prov["resolved_dtypes"].values()} == {"fp32"}
+    assert all(r["provenance"]["dtype"] in ("fp32", "float32") for r in records)
 
 
 def test_interrupted_run_resumes_without_duplicates(tmp_path, pair, table_path):
@@ -183,12 +199,34 @@ def test_config_validation(table_path):
         config(table_path, methods=("ar", "ar"))
 
 
-def test_measure_costs_reports_ratios(pair):
-    target, draft = pair
-    costs = measure_costs(target.model, draft.model, list(range(12)), gamma=3, repeats=2, warmup=1)
-    assert costs["beta"] == pytest.approx(costs["t_target_verify_s"] / costs["t_target_1_s"])
-    assert costs["c"] == pytest.approx(costs["t_draft_1_s"] / costs["t_target_1_s"])
-    assert measure_costs(target.model, None, list(range(12)), 3, repeats=1, warmup=0)["c"] is None
+def test_variants_run_side_by_side_at_their_own_dtype_and_gamma(tmp_path, pair, table_path):
+    """One run, several (dtype, γ) variants: each labelled row at its dtype; auto dtypes resolved from the
+    session's profiles with the reason kept; gamma auto records the γ of every step."""
+    methods = ("ar", "ar:bf16", "speculative:g1", "speculative:bf16:g2", "prompt-lookup:gauto", "speculative:auto:gauto")
+    result = run(config(table_path, methods=methods, repeats=1), tmp_path, pair)
+    rows = {r["method"]: r for r in result.summary}
+    assert rows["ar:bf16"]["dtype"] == "bf16" and rows["speculative:g1"]["dtype"] == "fp32"
+    assert rows["speculative:g1"]["gamma"] == 1 and rows["prompt-lookup:gauto"]["gamma"] == "auto"
+    assert rows["speculative:g1"]["identical_to_ar"] == 1.0  # fp32 against the fp32 ar
+    resolved = result.provenance["resolved_dtypes"]
+    assert resolved["speculative:auto:gauto"]["dtype"] in ("bf16", "fp32")
+    assert "fastest" in resolved["speculative:auto:gauto"]["reason"]
+    assert set(result.provenance["sessions"][0]["profiles"]) == {"bf16", "fp32"}
+    recs = [r for r in load_records(tmp_path) if r["method"] == "prompt-lookup:gauto"]
+    assert all(len(r["gammas"]) == r["target_calls"] and all(g >= 0 for g in r["gammas"]) for r in recs)
+    assert recs[0]["provenance"]["gamma_policy"]["policy"] == "adaptive"
+    assert all(r["base_method"] == "prompt-lookup" for r in recs)
+
+
+def test_variant_labels_are_checked():
+    assert Variant.parse("speculative:fp32:g2", None, 4) == Variant("speculative:fp32:g2", "speculative", "fp32", 2)
+    assert Variant.parse("ar", "auto", 4).dtype == "auto"
+    with pytest.raises(ValueError, match="bad field"):
+        Variant.parse("speculative:g0", None, 4)
+    with pytest.raises(ValueError, match="unknown method"):
+        Variant.parse("medusa:fp32", None, 4)
+    with pytest.raises(ValueError, match="fixed γ"):
+        Variant.parse("hf-assisted:gauto", None, 4)
 
 
 def test_target_corpus_is_what_the_target_generates(pair):

@@ -95,7 +95,7 @@ def test_cli_generate_json_lines(tmp_path):
     prompts.write_text('{"prompt": "Say hello.", "other": 1}\n{"prompt": "Count to three."}\n')
     res = run_cli("generate", "--method", "speculative", "--target", "smollm2-135m-instruct", "--draft", "layers:6",
                   "--prompts", str(prompts), "--max-new-tokens", "8", "--temperature", "0.8", "--top-k", "20",
-                  "--top-p", "0.9", "--gamma", "3", "--seed", "1", "--json")
+                  "--top-p", "0.9", "--gamma", "auto", "--seed", "1", "--json", "--threads", "2")
     assert res.returncode == 0, res.stderr
     lines = [json.loads(line) for line in res.stdout.splitlines()]
     assert len(lines) == 2
@@ -105,6 +105,10 @@ def test_cli_generate_json_lines(tmp_path):
                     "time_draft_s", "time_target_s", "time_other_s", "config"):
             assert key in rec
         assert rec["config"]["sampling"] == {"temperature": 0.8, "top_k": 20, "top_p": 0.9}
+        # --dtype auto (the default) and --gamma auto: the measured choice and why, the γ of every step.
+        assert rec["provenance"]["dtype"] in ("bfloat16", "float32") and "fastest" in rec["provenance"]["dtype_reason"]
+        assert rec["config"]["gamma"] == "auto" and len(rec["gammas"]) == rec["target_calls"]
+        assert rec["provenance"]["gamma_policy"]["policy"] == "adaptive"
 
 
 @pytest.mark.parametrize("args, message", [

@@ -1,0 +1,201 @@
+"""The benchmark's summary: one row per method variant, with the cost model's prediction beside the measurement.
+
+The prediction charges every step what it really cost on this device: a step that proposed g drafts yields
+τ(α, g) = (1 − α^{g+1}) / (1 − α) tokens in expectation and costs g·c·L_fp(1) + L_fp(g+1) seconds, with
+L_fp from the device profile measured in the same session (``specrepro.metrics.profile``) and α pooled over
+the variant's records; plain steps (nothing proposed) yield one token for L_fp(1). The predicted speedup is
+the autoregressive baseline's L_fp(1) per token over that. With every step at γ this is the survey blog's
+(*Batch Size*) E[speedup] = (1 − α^{γ+1}) / ((1 − α)(γc + β)); with proposals shorter than γ (prompt lookup,
+the end of the budget, ``--gamma auto``) it is what the closed form at γ would mispredict.
+"""
+from __future__ import annotations
+
+import csv
+import math
+import os
+import statistics
+from pathlib import Path
+
+from simulations.speculative import expected_speedup, expected_tokens
+
+from .hf_baselines import COUNTERPART
+from .metrics.profile import Latency, Profile
+
+SUMMARY_COLUMNS = ("method", "base_method", "dtype", "gamma", "n", "new_tokens", "wall_time_s", "tokens_per_s",
+                   "speedup", "alpha", "tokens_per_call", "mean_proposed", "c", "beta", "predicted_speedup",
+                   "efficiency", "identical_to_ar", "identical_to_counterpart")
+
+
+def predicted_speedup(alpha: float | None, gamma: int, c: float, beta: float) -> float | None:
+    """Survey blog (seed 004), *Batch Size*: E(speedup) = (1 − α^{γ+1}) / ((1 − α)(γc + β))."""
+    if alpha is None or beta is None or c is None:
+        return None
+    return float(expected_speedup(alpha, gamma, c, beta))
+
+
+def predicted_from_steps(alpha: float | None, proposed: list[int], plain_steps: int, c: float,
+                         profile: Profile, baseline_decode_s: float) -> float | None:
+    """Predicted speedup over a baseline decoding at ``baseline_decode_s`` per token, from the real steps:
+    Σ τ(α, g_s) tokens for Σ (g_s·c·L_fp(1) + L_fp(g_s+1)) seconds (module docstring)."""
+    if not proposed and not plain_steps:
+        return None
+    if proposed and alpha is None:
+        return None
+    tokens = plain_steps + sum(float(expected_tokens(alpha, g)) for g in proposed)
+    seconds = plain_steps * profile.decode_s + sum(g * c * profile.decode_s + profile.l_fp(g + 1) for g in proposed)
+    return tokens * baseline_decode_s / seconds
+
+
+def pooled_alpha(records: list[dict]) -> float | None:
+    accepted = tested = 0
+    for r in records:
+        for a, g in zip(r["accept_lengths"], r["proposed_lengths"]):
+            accepted += a
+            tested += a + (a < g)  # every accepted draft plus the first rejected one
+    return accepted / tested if tested else None
+
+
+def pooled_profile(profiles: list[Profile]) -> Profile:
+    """One profile from several sessions' (a resumed run): the median of each median, spreads widened."""
+    if len(profiles) == 1:
+        return profiles[0]
+    def pool(lats: list[Latency]) -> Latency:
+        return Latency(statistics.median(l.median_s for l in lats), min(l.p25_s for l in lats),
+                       max(l.p75_s for l in lats))
+    ns = sorted(set.intersection(*({n for n, _ in p.forward} for p in profiles)))
+    forward = tuple((n, pool([dict(p.forward)[n] for p in profiles])) for n in ns)
+    drafts = [p.draft_decode for p in profiles if p.draft_decode is not None]
+    first = profiles[0]
+    return Profile(key=first.key, context_tokens=first.context_tokens, repeats=sum(p.repeats for p in profiles),
+                   forward=forward, draft_decode=pool(drafts) if drafts else None,
+                   machine={"pooled_sessions": len(profiles), **first.machine})
+
+
+def _identical(records: list[dict], by_key: dict, other: str | None) -> float | None:
+    if other is None:
+        return None
+    pairs = [(r, by_key.get((other, r["prompt_id"], r["repeat"]))) for r in records]
+    pairs = [(r, o) for r, o in pairs if o is not None]
+    return sum(r["token_ids"] == o["token_ids"] for r, o in pairs) / len(pairs) if pairs else None
+
+
+def reference_label(variant, variants, base: str) -> str | None:
+    """The variant of method ``base`` that ``variant`` should match token for token at T = 0: same dtype
+    (tokens of two dtypes may differ at near-ties, which says nothing about exactness) and, for a
+    counterpart, the same γ."""
+    for v in variants:
+        if v.method == base and v.dtype == variant.dtype and (base == "ar" or v.gamma == variant.gamma):
+            return v.label
+    return None
+
+
+def summarize(records: list[dict], variants: list, greedy: bool, profiles: dict[str, Profile],
+              baseline: str | None) -> list[dict]:
+    """One row per variant (``SUMMARY_COLUMNS``); totals pooled over prompts and repeats. ``variants`` are
+    resolved (each has a concrete dtype); ``profiles`` maps dtype -> that dtype's session profile;
+    ``baseline`` is the label of the autoregressive variant speedups are measured against."""
+    from .generate import method_kind  # the registry lives there
+    by_key = {(r["method"], r["prompt_id"], r["repeat"]): r for r in records}
+    by_label = {v.label: v for v in variants}
+    rows = []
+    for v in variants:
+        rs = [r for r in records if r["method"] == v.label]
+        tokens = sum(r["new_tokens"] for r in rs)
+        wall = sum(r["wall_time_s"] for r in rs)
+        calls = [r["target_calls"] for r in rs]
+        kind, ours = method_kind(v.method), not v.method.startswith("hf-")
+        profile = profiles.get(v.dtype)
+        alpha = pooled_alpha(rs)
+        c = None if kind == "plain" else (0.0 if kind == "model-free" else (profile.c if profile else None))
+        proposed = [g for r in rs for g in r.get("proposed_lengths", [])]
+        gamma_nominal = v.gamma if v.gamma != "auto" else (round(statistics.mean(proposed)) if proposed else None)
+        predicted = None
+        if profile is not None and baseline is not None and profiles.get(by_label[baseline].dtype):
+            base_decode = profiles[by_label[baseline].dtype].decode_s
+            if kind == "plain":
+                predicted = base_decode / profile.decode_s  # no drafting: only the dtype differs
+            elif ours and c is not None:
+                plain = sum(r["target_calls"] - len(r["proposed_lengths"]) for r in rs)
+                predicted = predicted_from_steps(alpha, proposed, plain, c, profile, base_decode)
+        rows.append({
+            "method": v.label, "base_method": v.method, "dtype": v.dtype, "gamma": v.gamma, "n": len(rs),
+            "new_tokens": tokens, "wall_time_s": wall, "tokens_per_s": tokens / wall if wall > 0 else None,
+            "speedup": None, "alpha": alpha,
+            "tokens_per_call": tokens / sum(calls) if rs and all(calls) else None,
+            "mean_proposed": (sum(proposed) / sum(calls) if rs and ours and kind != "plain" and all(calls) else None),
+            "c": c, "beta": (profile.beta(gamma_nominal + 1) if profile and kind != "plain" and gamma_nominal
+                             and gamma_nominal + 1 <= profile.n_max else None),
+            "predicted_speedup": predicted, "efficiency": None,
+            "identical_to_ar": (_identical(rs, by_key, reference_label(v, variants, "ar"))
+                                if greedy and v.method != "ar" else None),
+            "identical_to_counterpart": (_identical(rs, by_key, reference_label(v, variants, COUNTERPART[v.method]))
+                                         if greedy and v.method in COUNTERPART else None),
+        })
+    base_tps = next((r["tokens_per_s"] for r in rows if r["method"] == baseline), None)
+    for row in rows:
+        if base_tps and row["tokens_per_s"]:
+            row["speedup"] = row["tokens_per_s"] / base_tps
+            if row["predicted_speedup"]:
+                row["efficiency"] = row["speedup"] / row["predicted_speedup"]
+    return rows
+
+
+def mismatches(records: list[dict], variants: list, greedy: bool) -> list[str]:
+    """At T = 0, every record whose tokens differ from its reference (ar, and the HF counterpart)."""
+    if not greedy:
+        return []
+    by_key, lines = {(r["method"], r["prompt_id"], r["repeat"]): r for r in records}, []
+    by_label = {v.label: v for v in variants}
+    for r in records:
+        v = by_label.get(r["method"])
+        if v is None:
+            continue
+        refs = {reference_label(v, variants, "ar"), reference_label(v, variants, COUNTERPART.get(v.method, "ar"))}
+        for other in refs - {None, v.label}:
+            o = by_key.get((other, r["prompt_id"], r["repeat"]))
+            if o is not None and o["token_ids"] != r["token_ids"]:
+                a, b = r["token_ids"], o["token_ids"]
+                first = next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b)))
+                lines.append(f"{r['method']} vs {other} on {r['prompt_id']} (repeat {r['repeat']}): "
+                             f"first difference at generated token {first} ({len(a)} vs {len(b)} tokens)")
+    return lines
+
+
+def write_summary(out: Path, rows: list[dict]) -> Path:
+    path = Path(out) / "summary.csv"
+    tmp = path.with_name(".summary.csv.tmp")
+    with open(tmp, "w", newline="") as handle:
+        writer = csv.DictWriter(handle, fieldnames=SUMMARY_COLUMNS, lineterminator="\n")
+        writer.writeheader()
+        for row in rows:
+            writer.writerow({k: ("" if row[k] is None else row[k]) for k in SUMMARY_COLUMNS})
+    os.replace(tmp, path)
+    return path
+
+
+def read_summary(out: Path) -> list[dict]:
+    """summary.csv back as dicts, numbers as floats and empty cells as None."""
+    def cell(v: str):
+        if v == "":
+            return None
+        try:
+            return float(v)
+        except ValueError:
+            return v
+    with open(Path(out) / "summary.csv", newline="") as handle:
+        return [{k: cell(v) for k, v in row.items()} for row in csv.DictReader(handle)]
+
+
+def format_summary(rows: list[dict]) -> str:
+    """A plain-text table of a summary for the terminal."""
+    def fmt(v) -> str:
+        if v is None:
+            return "-"
+        return f"{v:.3f}" if isinstance(v, float) and not math.isnan(v) else str(v)
+    cols = ("method", "dtype", "n", "tokens_per_s", "speedup", "alpha", "tokens_per_call", "mean_proposed", "c",
+            "beta", "predicted_speedup", "efficiency", "identical_to_ar", "identical_to_counterpart")
+    cells = [[fmt(r.get(c)) for c in cols] for r in rows]
+    widths = [max(len(c), *(len(row[i]) for row in cells)) for i, c in enumerate(cols)]
+    lines = ["  ".join(c.ljust(w) for c, w in zip(cols, widths))]
+    lines += ["  ".join(v.ljust(w) for v, w in zip(row, widths)) for row in cells]
+    return "\n".join(lines)

@@ -1,0 +1,5 @@
+"""Measurements beside speed: the device profile (L_fp(n), β(n), c per dtype)."""
+from .profile import DtypeChoice, Latency, Profile, ProfileKey, choose_dtype, get_profile, load_profile, measure
+
+__all__ = ["DtypeChoice", "Latency", "Profile", "ProfileKey", "choose_dtype", "get_profile", "load_profile",
+           "measure"]

@@ -1,0 +1,391 @@
+"""The device profile: what one target forward over n new tokens costs here, per dtype (issue 12).
+
+For a (target, draft) pair on the device at hand, and for one dtype, a profile holds
+
+    L_fp(n)   median seconds of one target forward over n new tokens after a realistic cached prefix,
+              n on a grid over 1..64 (linear in between), with the spread (25th and 75th percentiles);
+    β(n)      = L_fp(n) / L_fp(1), the verification cost of the survey blog's *Batch Size* section;
+    c         = one draft decode step / one target decode step (L_fp(1)), the cost ratio.
+
+``python -m specrepro calibrate`` measures it and caches it under ``$SPECREPRO_CACHE/profiles/``, keyed by
+the device (CPU model and the instruction-set flags that change kernels, or the GPU name), the model pair,
+the dtype, the thread count and the torch / transformers versions: a changed key never reuses a stale file.
+The profile is what ``--dtype auto`` and ``--gamma auto`` decide with (:func:`choose_dtype`,
+``specrepro.adaptive``), and what the bench predicts speedups from.
+
+Why it exists: on a Xeon without bf16 instructions a 5-token bf16 verify costs β ≈ 2.3 and fp32 wins; on one
+with avx512_bf16, bf16 gives β ≈ 1.35 and wins. The right dtype is measured, not assumed.
+"""
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import os
+import platform
+import re
+import statistics
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Sequence
+
+import torch
+
+from simulations.speculative import BetaCurve, expected_tokens
+
+from ..decoding import Clock, model_device
+from ..kvcache import CachedModel
+from ..provenance import atomic_write_text, git_revision
+
+FORMAT = "specrepro-device-profile/1"
+N_MAX = 64
+# Every size up to 17 (γ ≤ 16 verifies γ+1 tokens), then a coarser grid up to 64 (tree sizes).
+DEFAULT_NS = tuple(range(1, 18)) + (20, 24, 28, 32, 40, 48, 56, 64)
+# CPU flags that select different matmul kernels for bf16 / fp16 (recorded and part of the device key).
+KERNEL_FLAGS = ("avx2", "avx512f", "avx512_bf16", "avx512_fp16", "amx_bf16", "amx_tile", "amx_fp16")
+DTYPE_NAMES = {torch.bfloat16: "bf16", torch.float16: "fp16", torch.float32: "fp32"}
+
+
+# ------------------------------------------------------------------------------------------- device
+
+
+def cpu_info() -> dict:
+    """CPU model name, logical cores and the kernel-relevant flags, from /proc/cpuinfo where it exists."""
+    name, flags = platform.processor() or platform.machine(), set()
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                name = line.split(":", 1)[1].strip()
+            elif line.startswith("flags") and not flags:
+                flags = set(line.split(":", 1)[1].split())
+    except OSError:
+        pass
+    return {"name": name, "logical_cores": os.cpu_count(), "kernel_flags": [f for f in KERNEL_FLAGS if f in flags]}
+
+
+def device_key(device: torch.device) -> str:
+    """A stable name for the device: GPU name, or CPU model plus the flags that change kernels."""
+    if device.type == "cuda":
+        return f"cuda:{torch.cuda.get_device_name(device)}"
+    info = cpu_info()
+    return f"cpu:{info['name']}:{'+'.join(info['kernel_flags']) or 'baseline'}"
+
+
+def candidate_dtypes(device: torch.device) -> tuple[str, ...]:
+    """The dtypes ``--dtype auto`` chooses among on this device (fp16 on a CPU has no fast kernels)."""
+    if device.type == "cuda":
+        return ("bf16", "fp16", "fp32") if torch.cuda.is_bf16_supported() else ("fp16", "fp32")
+    return ("bf16", "fp32")
+
+
+def dtype_name(dtype: torch.dtype | str) -> str:
+    if isinstance(dtype, torch.dtype):
+        return DTYPE_NAMES[dtype]
+    names = {"bf16": "bf16", "bfloat16": "bf16", "fp16": "fp16", "float16": "fp16", "fp32": "fp32",
+             "float32": "fp32"}
+    if dtype not in names:
+        raise ValueError(f"unknown dtype {dtype!r}; choose one of auto, bf16, fp16, fp32")
+    return names[dtype]
+
+
+# ---------------------------------------------------------------------------------------------- key
+
+
+@dataclass(frozen=True)
+class ProfileKey:
+    """What a profile is valid for; a profile measured under another key is never reused."""
+
+    device: str  # device_key(): GPU name, or CPU model + kernel flags
+    target: str  # the target's name (zoo name, folder or hub id)
+    draft: str | None  # the draft's name, None for a profile of the target alone
+    dtype: str  # bf16 | fp16 | fp32
+    threads: int  # torch.get_num_threads() during the measurement
+    torch: str
+    transformers: str
+
+    @classmethod
+    def here(cls, device: torch.device, target: str, draft: str | None, dtype: str,
+             threads: int | None = None) -> "ProfileKey":
+        import transformers
+        return cls(device=device_key(device), target=target, draft=draft, dtype=dtype_name(dtype),
+                   threads=threads or torch.get_num_threads(), torch=torch.__version__,
+                   transformers=transformers.__version__)
+
+    def filename(self) -> str:
+        """A readable, unique file name: the pair, dtype and threads, then a hash of the whole key."""
+        digest = hashlib.sha256(json.dumps(dataclasses.asdict(self), sort_keys=True).encode()).hexdigest()[:12]
+        pair = f"{self.target}__{self.draft or 'nodraft'}"
+        return re.sub(r"[^A-Za-z0-9_.-]+", "-", f"{pair}__{self.dtype}__t{self.threads}__{digest}") + ".json"
+
+
+# ------------------------------------------------------------------------------------------ profile
+
+
+@dataclass(frozen=True)
+class Latency:
+    """Median and spread (25th, 75th percentile) of repeated timings, in seconds."""
+
+    median_s: float
+    p25_s: float
+    p75_s: float
+
+    @classmethod
+    def of(cls, times: Sequence[float]) -> "Latency":
+        if len(times) == 1:
+            return cls(times[0], times[0], times[0])
+        q = statistics.quantiles(times, n=4, method="inclusive")
+        return cls(statistics.median(times), q[0], q[2])
+
+
+@dataclass(frozen=True)
+class Profile:
+    """One dtype's measurements for a model pair on one device (see the module docstring)."""
+
+    key: ProfileKey
+    context_tokens: int  # length of the cached prefix every timed forward follows
+    repeats: int  # timed calls per median
+    forward: tuple[tuple[int, Latency], ...]  # (n, L_fp(n)) on the measured grid, n ascending from 1
+    draft_decode: Latency | None  # one draft decode step, None without a draft
+    machine: dict  # cpu / gpu description, versions, git revision, when and how long
+
+    def __post_init__(self) -> None:
+        ns = [n for n, _ in self.forward]
+        if not ns or ns[0] != 1 or any(b <= a for a, b in zip(ns, ns[1:])):
+            raise ValueError(f"a profile's forward sizes must start at 1 and increase, got {ns}")
+
+    @property
+    def n_max(self) -> int:
+        return self.forward[-1][0]
+
+    @property
+    def decode_s(self) -> float:
+        """L_fp(1): one target decode step."""
+        return self.forward[0][1].median_s
+
+    def l_fp(self, n: int) -> float:
+        """Seconds of one target forward over n new tokens (linear between measured sizes)."""
+        if not 1 <= n <= self.n_max:
+            raise ValueError(f"n = {n} is outside this profile's measured range 1..{self.n_max}")
+        ns = [m for m, _ in self.forward]
+        for (a, la), (b, lb) in zip(self.forward, self.forward[1:]):
+            if a <= n <= b:
+                return la.median_s + (lb.median_s - la.median_s) * (n - a) / (b - a)
+        return self.forward[ns.index(n)][1].median_s  # n == 1 on a one-point grid
+
+    def beta(self, n: int) -> float:
+        """β(n) = L_fp(n) / L_fp(1)."""
+        return self.l_fp(n) / self.decode_s
+
+    def beta_curve(self) -> BetaCurve:
+        """β over the measured grid, for the simulators (simulations.BetaCurve)."""
+        return BetaCurve(tuple(n for n, _ in self.forward), tuple(l.median_s / self.decode_s for _, l in self.forward))
+
+    @property
+    def c(self) -> float | None:
+        """Cost ratio c: one draft decode step / one target decode step."""
+        return None if self.draft_decode is None else self.draft_decode.median_s / self.decode_s
+
+    def time_per_token(self, gamma: int, alpha: float, c: float | None = None) -> float:
+        """Expected seconds per generated token with γ drafts per step at acceptance rate α.
+
+        A step costs γ draft steps (γ·c·L_fp(1)) and one verification forward L_fp(γ+1) and yields
+        τ = (1 − α^{γ+1}) / (1 − α) tokens (survey blog, *Batch Size*); γ = 0 is plain decoding (L_fp(1)).
+        ``c`` defaults to the profile's draft; pass 0 for a model-free drafter.
+        """
+        c = (self.c or 0.0) if c is None else c
+        return (gamma * c * self.decode_s + self.l_fp(gamma + 1)) / float(expected_tokens(alpha, gamma))
+
+    def summary(self) -> dict:
+        """The numbers a reader wants first: L_fp(1), c and β(2..9)."""
+        return {"dtype": self.key.dtype, "decode_ms": 1e3 * self.decode_s, "c": self.c,
+                **{f"beta_{n}": self.beta(n) for n in range(2, min(9, self.n_max) + 1)}}
+
+    def to_dict(self) -> dict:
+        return {"format": FORMAT, **dataclasses.asdict(self)}
+
+    @classmethod
+    def from_dict(cls, d: dict, source: str = "profile") -> "Profile":
+        """Read back a profile; a corrupt or foreign file gets one error naming it."""
+        if not isinstance(d, dict) or d.get("format") != FORMAT:
+            raise ValueError(f"{source} is not a specrepro device profile (expected format {FORMAT!r})")
+        try:
+            return cls(key=ProfileKey(**d["key"]), context_tokens=int(d["context_tokens"]), repeats=int(d["repeats"]),
+                       forward=tuple((int(n), Latency(**lat)) for n, lat in d["forward"]),
+                       draft_decode=Latency(**d["draft_decode"]) if d["draft_decode"] else None,
+                       machine=dict(d["machine"]))
+        except (KeyError, TypeError, ValueError) as err:
+            raise ValueError(f"{source} is a damaged device profile ({type(err).__name__}: {err})") from None
+
+
+def save_profile(profile: Profile, path: str | Path) -> Path:
+    """Write atomically (tmp + rename): an interrupted write never leaves half a profile."""
+    return atomic_write_text(Path(path), json.dumps(profile.to_dict(), indent=1) + "\n")
+
+
+def load_profile(path: str | Path, key: ProfileKey | None = None) -> Profile:
+    """Read a profile file; with ``key``, refuse one measured under another key."""
+    path = Path(path)
+    try:
+        data = json.loads(path.read_text())
+    except json.JSONDecodeError as err:
+        raise ValueError(f"{path} is not valid JSON ({err}); delete it or run calibrate --recalibrate") from None
+    profile = Profile.from_dict(data, source=str(path))
+    if key is not None and profile.key != key:
+        diff = [f"{f}: {getattr(profile.key, f)!r} vs {getattr(key, f)!r}" for f in dataclasses.asdict(key)
+                if getattr(profile.key, f) != getattr(key, f)]
+        raise ValueError(f"{path} was measured under another key ({'; '.join(diff)})")
+    return profile
+
+
+def profiles_dir() -> Path:
+    from ..models import cache_root
+    return cache_root() / "profiles"
+
+
+# ---------------------------------------------------------------------------------------- measuring
+
+
+def forward_timer(model: torch.nn.Module, context: list[int]) -> Callable[[int], float]:
+    """A function n -> seconds of one forward over n new tokens after ``context`` (cached once, rolled back
+    after each call), device-synchronised. The one timing primitive of the package."""
+    cm, clock = CachedModel(model), Clock(model_device(model))
+    cm.logits_for(context)
+    tokens = context * (N_MAX // max(1, len(context)) + 1)
+
+    def time_forward(n: int) -> float:
+        t0 = clock.now()
+        cm.logits_for(context + tokens[:n])
+        elapsed = clock.now() - t0
+        cm.rollback(len(context))
+        return elapsed
+    return time_forward
+
+
+def measure(target: torch.nn.Module, draft: torch.nn.Module | None, context: list[int], key: ProfileKey,
+            ns: Sequence[int] = DEFAULT_NS, repeats: int = 5, warmup: int = 1,
+            progress: Callable[[int, int], None] | None = None) -> Profile:
+    """Time L_fp(n) for every n in ``ns`` and one draft decode step, interleaved round by round so that a
+    change in machine load hits every size alike; medians over ``repeats`` rounds after ``warmup``."""
+    ns = sorted(set(int(n) for n in ns))
+    if not ns or ns[0] != 1 or ns[-1] > N_MAX:
+        raise ValueError(f"profile sizes must include 1 and stay within 1..{N_MAX}, got {ns}")
+    if repeats < 1:
+        raise ValueError(f"repeats must be >= 1, got {repeats}")
+    context_length = int(getattr(target.config, "max_position_embeddings", 2048))
+    if len(context) + ns[-1] > context_length:
+        raise ValueError(f"a {len(context)}-token context + {ns[-1]} tokens exceeds the target's context of "
+                         f"{context_length}")
+    t_start = time.perf_counter()
+    time_target = forward_timer(target, context)
+    time_draft = forward_timer(draft, context) if draft is not None else None
+    times: dict[int, list[float]] = {n: [] for n in ns}
+    draft_times: list[float] = []
+    rounds = warmup + repeats
+    for r in range(rounds):
+        for n in ns:
+            t = time_target(n)
+            if r >= warmup:
+                times[n].append(t)
+        if time_draft is not None:
+            t = time_draft(1)
+            if r >= warmup:
+                draft_times.append(t)
+        if progress is not None:
+            progress(r + 1, rounds)
+    import transformers
+    device = model_device(target)
+    machine = {"cpu": cpu_info(), "gpu": torch.cuda.get_device_name(device) if device.type == "cuda" else None,
+               "versions": {"python": platform.python_version(), "torch": torch.__version__,
+                            "transformers": transformers.__version__},
+               "git_revision": git_revision(), "load_average": list(os.getloadavg()),
+               "created_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+               "seconds": round(time.perf_counter() - t_start, 2)}
+    return Profile(key=key, context_tokens=len(context), repeats=repeats,
+                   forward=tuple((n, Latency.of(times[n])) for n in ns),
+                   draft_decode=Latency.of(draft_times) if draft_times else None, machine=machine)
+
+
+def calibration_context(tokenizer, vocab_size: int, length: int = 256) -> list[int]:
+    """A realistic prefix: the offline suites' prompt text, encoded and cut to ``length`` tokens (token ids
+    0..V−1 cycled when there is no tokenizer, e.g. a tiny test model)."""
+    if tokenizer is None:
+        return [i % vocab_size for i in range(length)]
+    from ..prompts import load_suite
+    text = "\n\n".join(p.prompt for p in load_suite("mixed"))
+    ids = tokenizer(text, add_special_tokens=False)["input_ids"]
+    return (ids * (length // max(1, len(ids)) + 1))[:length]
+
+
+def get_profile(target: str, draft: str | None, dtype: str, device: str | torch.device | None = None,
+                threads: int | None = None, recalibrate: bool = False, context_tokens: int = 256,
+                repeats: int = 5, out: str | Path | None = None, log=sys.stderr) -> Profile:
+    """The cached profile for this key, or a fresh calibration (models loaded at ``dtype``) saved to the cache
+    (and to ``out`` if given)."""
+    from ..models import default_device, load_draft, load_model
+    device = torch.device(device) if device is not None else default_device()
+    if threads is not None:
+        torch.set_num_threads(threads)
+    key = ProfileKey.here(device, target, draft, dtype, threads)
+    path = profiles_dir() / key.filename()
+    if path.exists() and not recalibrate:
+        profile = load_profile(path, key)
+    else:
+        t = load_model(target, dtype=key.dtype, device=device)
+        d = load_draft(draft, t) if draft is not None else None
+        context = calibration_context(t.tokenizer, t.vocab_size, context_tokens)
+
+        def show(done: int, total: int) -> None:
+            print(f"\rcalibrate {key.dtype}: round {done}/{total}", end="" if done < total else "\n", file=log,
+                  flush=True)
+        profile = measure(t.model, d.model if d else None, context, key, repeats=repeats, progress=show)
+        save_profile(profile, path)
+    if out is not None:
+        save_profile(profile, out)
+    return profile
+
+
+# ------------------------------------------------------------------------------------------ choices
+
+# What the choice assumes about α before a generation has measured any: the draft's record where it has one
+# (the zoo draft's held-out α), else this middle value; the adaptive policy replaces it within a few steps.
+DEFAULT_ALPHA_PRIOR = 0.5
+
+
+@dataclass(frozen=True)
+class DtypeChoice:
+    dtype: str
+    reason: str  # one sentence with the numbers the choice was made on
+    seconds_per_token: dict  # dtype -> expected seconds per token under the criterion
+
+
+def choose_dtype(profiles: dict[str, Profile], kind: str, gamma: int | str = 4,
+                 alpha: float = DEFAULT_ALPHA_PRIOR, gamma_max: int = 16) -> DtypeChoice:
+    """The dtype with the lowest expected seconds per token for a method of ``kind``:
+
+    - "plain" (autoregressive): L_fp(1);
+    - "draft model" / "model-free" (speculative with a draft model, or with c = 0): the profile's
+      (γ·c·L_fp(1) + L_fp(γ+1)) / τ(α, γ) at the given γ, or at each dtype's best γ ≤ gamma_max for "auto".
+    """
+    if not profiles:
+        raise ValueError("choose_dtype needs at least one profile")
+    if kind not in ("plain", "draft model", "model-free"):
+        raise ValueError(f"kind must be plain, draft model or model-free, got {kind!r}")
+    cost, detail = {}, {}
+    for name, prof in profiles.items():
+        if kind == "plain":
+            cost[name], detail[name] = prof.decode_s, f"L_fp(1) {1e3 * prof.decode_s:.1f} ms"
+            continue
+        c = 0.0 if kind == "model-free" else prof.c
+        if c is None:
+            raise ValueError(f"the {name} profile has no draft timing: calibrate with --draft")
+        gammas = range(1, min(gamma_max, prof.n_max - 1) + 1) if gamma == "auto" else [int(gamma)]
+        best = min(gammas, key=lambda g: prof.time_per_token(g, alpha, c))
+        cost[name] = prof.time_per_token(best, alpha, c)
+        detail[name] = (f"{1e3 * cost[name]:.1f} ms/token at γ={best} (β({best + 1})={prof.beta(best + 1):.2f}, "
+                        f"c={c:.3f}, α prior {alpha:.2f})")
+    chosen = min(cost, key=cost.get)
+    others = "; ".join(f"{n}: {detail[n]}" for n in cost if n != chosen)
+    reason = f"{chosen} is fastest for a {kind} method here: {detail[chosen]}" + (f" (vs {others})" if others else "")
+    return DtypeChoice(dtype=chosen, reason=reason, seconds_per_token=cost)

@@ -1,0 +1,185 @@
+"""The device profile (issue 12): round trip, cache keys, dtype choice, adaptive γ, bad input."""
+from __future__ import annotations
+
+import dataclasses
+import json
+
+import numpy as np
+import pytest
+import torch
+
+import simulations as sim
+from conftest import loaded
+from specrepro import DecodeConfig, generate_ids
+from specrepro.adaptive import AdaptiveGamma, FixedGamma
+from specrepro.drafters import LMDrafter, PromptLookupDrafter
+from specrepro.metrics import profile as prof
+from specrepro.metrics.profile import Latency, Profile, ProfileKey, choose_dtype, load_profile, measure, save_profile
+from specrepro.models import tiny_model
+
+pytestmark = pytest.mark.usefixtures("one_thread")
+
+
+def key(**changes) -> ProfileKey:
+    base = dict(device="cpu:test:avx512f", target="t", draft="d", dtype="fp32", threads=1, torch="2", transformers="5")
+    return ProfileKey(**{**base, **changes})
+
+
+def fake(dtype: str, decode_ms: float, betas: dict[int, float], draft_ms: float | None = None) -> Profile:
+    """A profile with given L_fp(1) and β(n) (n = 1 and the keys of ``betas``)."""
+    forward = [(1, 1.0)] + sorted(betas.items())
+    return Profile(key=key(dtype=dtype), context_tokens=64, repeats=1,
+                   forward=tuple((n, Latency(b * decode_ms / 1e3, b * decode_ms / 1e3, b * decode_ms / 1e3))
+                                 for n, b in forward),
+                   draft_decode=None if draft_ms is None else Latency(draft_ms / 1e3, draft_ms / 1e3, draft_ms / 1e3),
+                   machine={})
+
+
+@pytest.fixture(scope="module")
+def measured():
+    target, draft = tiny_model(vocab_size=32, n_layers=2, hidden=16), tiny_model(vocab_size=32, n_layers=1, hidden=16)
+    return measure(target, draft, list(range(20)), key(), ns=(1, 2, 3, 5, 8), repeats=2, warmup=1)
+
+
+def test_profile_round_trips_and_reads_its_numbers(tmp_path, measured):
+    path = save_profile(measured, tmp_path / "p.json")
+    back = load_profile(path, measured.key)
+    assert back == measured
+    assert [n for n, _ in back.forward] == [1, 2, 3, 5, 8]
+    assert back.beta(1) == 1.0 and back.c == pytest.approx(measured.draft_decode.median_s / measured.decode_s)
+    # Linear between measured sizes; β curve for the simulators agrees.
+    assert back.l_fp(4) == pytest.approx((back.l_fp(3) + back.l_fp(5)) / 2)
+    assert back.beta_curve()(4) == pytest.approx(back.beta(4))
+    for _, lat in back.forward:
+        assert 0 < lat.p25_s <= lat.median_s <= lat.p75_s
+
+
+def test_cache_key_separates_threads_dtype_and_device():
+    names = {key().filename(), key(threads=2).filename(), key(dtype="bf16").filename(),
+             key(device="cpu:test:avx512f+avx512_bf16").filename(), key(draft=None).filename()}
+    assert len(names) == 5
+
+
+def test_get_profile_reuses_only_a_profile_of_the_same_key(tmp_path, monkeypatch):
+    """A cached profile is reused for the same key; another thread count or dtype measures anew."""
+    monkeypatch.setenv("SPECREPRO_CACHE", str(tmp_path))
+    calls = []
+
+    def fake_load(name, dtype=None, device=None):
+        calls.append((name, dtype))
+        return loaded(tiny_model(vocab_size=32, n_layers=1, hidden=16))
+    monkeypatch.setattr("specrepro.models.load_model", fake_load)
+    first = prof.get_profile("tiny", None, "fp32", device="cpu", threads=1, repeats=1, log=open("/dev/null", "w"))
+    again = prof.get_profile("tiny", None, "fp32", device="cpu", threads=1, repeats=1)
+    assert again == first and len(calls) == 1
+    prof.get_profile("tiny", None, "fp32", device="cpu", threads=2, repeats=1, log=open("/dev/null", "w"))
+    prof.get_profile("tiny", None, "bf16", device="cpu", threads=1, repeats=1, log=open("/dev/null", "w"))
+    assert len(calls) == 3
+    prof.get_profile("tiny", None, "fp32", device="cpu", threads=1, repeats=1, recalibrate=True,
+                     log=open("/dev/null", "w"))
+    assert len(calls) == 4
+    files = sorted(p.name for p in (tmp_path / "profiles").iterdir())
+    assert len(files) == 3 and not any(f.startswith(".") for f in files)  # no temporary file left behind
+
+
+def test_interrupted_calibration_leaves_no_profile(tmp_path, monkeypatch):
+    monkeypatch.setenv("SPECREPRO_CACHE", str(tmp_path))
+    monkeypatch.setattr("specrepro.models.load_model", lambda *a, **k: loaded(tiny_model(vocab_size=32, hidden=16)))
+    real = prof.measure
+
+    def interrupted(*args, **kwargs):
+        def stop(done, total):
+            raise KeyboardInterrupt
+        return real(*args, **{**kwargs, "progress": stop})
+    monkeypatch.setattr(prof, "measure", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        prof.get_profile("tiny", None, "fp32", device="cpu", threads=1, repeats=1)
+    assert not (tmp_path / "profiles").exists() or not any((tmp_path / "profiles").iterdir())
+
+
+def test_bad_profiles_get_one_clear_error(tmp_path, measured):
+    corrupt = tmp_path / "corrupt.json"
+    corrupt.write_text('{"format": "specrepro-device-prof')
+    with pytest.raises(ValueError, match="not valid JSON"):
+        load_profile(corrupt)
+    foreign = tmp_path / "foreign.json"
+    foreign.write_text(json.dumps({"format": "something-else", "key": {}}))
+    with pytest.raises(ValueError, match="not a specrepro device profile"):
+        load_profile(foreign)
+    damaged = tmp_path / "damaged.json"
+    d = measured.to_dict()
+    del d["forward"]
+    damaged.write_text(json.dumps(d))
+    with pytest.raises(ValueError, match="damaged"):
+        load_profile(damaged)
+    save_profile(measured, tmp_path / "other.json")
+    with pytest.raises(ValueError, match="threads: 1 vs 4"):
+        load_profile(tmp_path / "other.json", dataclasses.replace(measured.key, threads=4))
+    with pytest.raises(ValueError, match="outside this profile's measured range 1..8"):
+        measured.l_fp(9)
+    with pytest.raises(ValueError, match="outside"):
+        measured.beta(0)
+    with pytest.raises(ValueError, match="unknown dtype"):
+        prof.dtype_name("int8")
+    with pytest.raises(ValueError, match="within 1..64"):
+        measure(tiny_model(vocab_size=32, hidden=16), None, list(range(8)), key(), ns=(1, 65), repeats=1)
+
+
+def test_auto_dtype_picks_the_lower_measured_cost():
+    fast_decode = fake("fp32", 30.0, {2: 1.2, 3: 1.3, 5: 2.5, 9: 3.0}, draft_ms=4.5)  # fast 1 row, slow 5 rows
+    cheap_verify = fake("bf16", 36.0, {2: 1.05, 3: 1.08, 5: 1.1, 9: 1.2}, draft_ms=5.0)
+    profiles = {"fp32": fast_decode, "bf16": cheap_verify}
+    assert choose_dtype(profiles, "plain").dtype == "fp32"  # plain decoding weighs L_fp(1) only
+    # γ = 4 at α = 0.8: fp32 pays β(5) = 2.5, bf16 only 1.1.
+    choice = choose_dtype(profiles, "draft model", 4, alpha=0.8)
+    expected = min(profiles, key=lambda d: profiles[d].time_per_token(4, 0.8))
+    assert choice.dtype == expected == "bf16" and "bf16" in choice.reason and "fp32" in choice.reason
+    # At α = 0 drafting never pays: the cheaper one-token step wins again, for γ auto too.
+    assert choose_dtype(profiles, "model-free", "auto", alpha=0.0).dtype == "fp32"
+    with pytest.raises(ValueError, match="no draft timing"):
+        choose_dtype({"fp32": fake("fp32", 30.0, {2: 1.2})}, "draft model", 1)
+
+
+@pytest.mark.parametrize("alpha", [0.2, 0.5, 0.8, 0.95])
+def test_adaptive_gamma_picks_the_closed_form_optimum(alpha):
+    curve = sim.BetaCurve(tuple(range(1, 18)), tuple(1.0 + 0.06 * (n - 1) ** 1.3 for n in range(1, 18)))
+    policy = AdaptiveGamma(c=0.1, beta=curve, alpha_prior=alpha, prior_weight=1e9, gamma_max=16)
+    gammas = np.arange(1, 17)
+    speedups = [float(sim.expected_speedup(alpha, g, 0.1, float(curve(g + 1)))) for g in gammas]
+    assert policy.choose(0, 0) == gammas[int(np.argmax(speedups))]
+    # The estimate moves from the prior towards what the generation measured.
+    loose = dataclasses.replace(policy, prior_weight=4.0)
+    assert loose.alpha_estimate(0, 0) == pytest.approx(alpha)
+    assert loose.alpha_estimate(96, 96) == pytest.approx((4 * alpha + 96) / 100)
+
+
+def test_beta_curve_in_the_simulators():
+    curve = sim.BetaCurve((1, 2, 4, 8), (1.0, 1.1, 1.5, 3.0))
+    assert curve(3) == pytest.approx(1.3)
+    assert sim.expected_speedup(0.7, 3, 0.1, curve) == pytest.approx(sim.expected_speedup(0.7, 3, 0.1, 1.5))
+    assert sim.optimal_gamma(0.7, 0.1, gamma_max=7, beta=curve) == max(
+        range(1, 8), key=lambda g: float(sim.expected_speedup(0.7, g, 0.1, float(curve(g + 1)))))
+    with pytest.raises(ValueError, match="outside the measured range"):
+        sim.expected_speedup(0.7, 8, 0.1, curve)
+    with pytest.raises(ValueError, match="start at 1"):
+        sim.BetaCurve((2, 3), (1.0, 1.2))
+    with pytest.raises(ValueError, match="β\\(1\\) must be 1"):
+        sim.BetaCurve((1, 2), (1.2, 1.3))
+
+
+def test_gamma_auto_in_the_loop_records_each_step(tiny_pair_64, measured):
+    target, draft = tiny_pair_64
+    curve = sim.BetaCurve((1, 2, 3, 4, 5, 6, 7), (1.0, 1.01, 1.02, 1.03, 1.04, 1.05, 1.06))
+    policy = AdaptiveGamma(c=0.0, beta=curve, alpha_prior=0.9, gamma_max=6)
+    config = DecodeConfig(method="speculative", max_new_tokens=30, gamma="auto")
+    rec = generate_ids(loaded(target), [1, 2, 3], config, draft=LMDrafter(draft), gamma_policy=policy)
+    ar = generate_ids(loaded(target), [1, 2, 3], DecodeConfig(method="ar", max_new_tokens=30))
+    assert rec.token_ids == ar.token_ids  # exact at T = 0 whatever γ each step uses
+    assert len(rec.gammas) == rec.target_calls and rec.gammas[0] == 6  # α prior 0.9, nearly free verification
+    assert rec.provenance["gamma_policy"]["policy"] == "adaptive"
+    fixed = generate_ids(loaded(target), [1, 2, 3], DecodeConfig(max_new_tokens=12, gamma=3), draft=LMDrafter(draft))
+    assert fixed.gammas[0] == max(fixed.gammas) == 3 and fixed.provenance["gamma_policy"] == FixedGamma(3).to_dict()
+    with pytest.raises(ValueError, match="needs a device profile"):
+        generate_ids(loaded(target), [1, 2, 3], config, draft=PromptLookupDrafter())
+    with pytest.raises(ValueError, match="gamma"):
+        DecodeConfig(gamma="sometimes")
