@@ -55,7 +55,8 @@ from .decoding import eos_ids, model_device
 from .drafters import Drafter
 from .generate import METHODS, REGISTRY, drafter_for, encode_prompt, generate_ids, method_kind
 from .hf_baselines import HF_METHODS, assisted_unsupported, hf_generate
-from .metrics.profile import (Profile, ProfileKey, candidate_dtypes, choose_dtype, cpu_info, dtype_name, measure)
+from .metrics.profile import (DEFAULT_ALPHA_PRIOR, Profile, ProfileKey, candidate_dtypes, choose_dtype, cpu_info,
+                              dtype_name, measure)
 from .models import LoadedModel, draft_alpha_prior, load_draft, load_model, parse_dtype
 from .prompts import load_prompts_file, load_suite
 from .provenance import atomic_write_text, git_revision
@@ -279,20 +280,6 @@ def _weights_digest(*models: torch.nn.Module | None) -> str:
     return h.hexdigest()
 
 
-def _weights_digest(*models: torch.nn.Module | None) -> str:
-    """sha256 over every parameter's name, shape and an evenly strided sample of at most ~4096 of its values:
-    a draft retrained under the same name must not resume a run made with the old one. Sampling keeps this
-    cheap for billion-parameter models on a GPU (no full copy to the host)."""
-    h = hashlib.sha256()
-    for model in models:
-        for name, param in ([] if model is None else model.named_parameters()):
-            flat = param.detach().reshape(-1)
-            sample = flat[:: max(1, flat.numel() // 4096)].float().cpu()  # [<= ~4096]
-            h.update(f"{name}{tuple(param.shape)}".encode())
-            h.update(sample.numpy().tobytes())
-    return h.hexdigest()
-
-
 def _cost_context(prompts: Sequence[BenchPrompt], config: BenchConfig, context_length: int, n_max: int) -> list[int]:
     """A context as long as a typical step sees: the median prompt plus half the generation."""
     length = int(statistics.median(len(p.ids) for p in prompts)) + config.max_new_tokens // 2
@@ -386,7 +373,9 @@ def _resolve_dtypes(variants: list, profiles: dict[str, Profile], models: _Model
         if dtype is None:
             dtype, reasons[v.label] = models.reference, "the run's default dtype"
         elif dtype == "auto":
-            choice = choose_dtype(profiles, method_kind(v.method), v.gamma, alpha_prior or 0.5, config.gamma_max)
+            kind = method_kind(v.method)
+            prior = alpha_prior if kind == "draft model" and alpha_prior is not None else DEFAULT_ALPHA_PRIOR
+            choice = choose_dtype(profiles, kind, v.gamma, prior, config.gamma_max)
             dtype, reasons[v.label] = choice.dtype, choice.reason
         else:
             dtype, reasons[v.label] = dtype_name(dtype), "named in the method list"

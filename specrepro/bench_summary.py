@@ -22,7 +22,7 @@ from .hf_baselines import COUNTERPART
 from .metrics.profile import Latency, Profile
 
 SUMMARY_COLUMNS = ("method", "base_method", "dtype", "gamma", "n", "new_tokens", "wall_time_s", "tokens_per_s",
-                   "speedup", "alpha", "tokens_per_call", "mean_proposed", "c", "beta", "predicted_speedup",
+                   "speedup", "speedup_median", "alpha", "tokens_per_call", "mean_proposed", "c", "beta", "predicted_speedup",
                    "efficiency", "identical_to_ar", "identical_to_counterpart")
 
 
@@ -133,11 +133,23 @@ def summarize(records: list[dict], variants: list, greedy: bool, profiles: dict[
         })
     base_tps = next((r["tokens_per_s"] for r in rows if r["method"] == baseline), None)
     for row in rows:
+        row["speedup_median"] = _median_speedup([r for r in records if r["method"] == row["method"]], by_key, baseline)
         if base_tps and row["tokens_per_s"]:
             row["speedup"] = row["tokens_per_s"] / base_tps
             if row["predicted_speedup"]:
                 row["efficiency"] = row["speedup"] / row["predicted_speedup"]
     return rows
+
+
+def _median_speedup(records: list[dict], by_key: dict, baseline: str | None) -> float | None:
+    """Median over (prompt, repeat) of tokens/s over the baseline's on the same prompt: unlike the pooled
+    ratio, one record stalled by another process on a shared CPU cannot move it much."""
+    ratios = []
+    for r in records:
+        b = by_key.get((baseline, r["prompt_id"], r["repeat"]))
+        if b is not None and r["wall_time_s"] > 0 and b["wall_time_s"] > 0 and b["new_tokens"]:
+            ratios.append((r["new_tokens"] / r["wall_time_s"]) / (b["new_tokens"] / b["wall_time_s"]))
+    return statistics.median(ratios) if ratios else None
 
 
 def mismatches(records: list[dict], variants: list, greedy: bool) -> list[str]:
@@ -192,7 +204,7 @@ def format_summary(rows: list[dict]) -> str:
         if v is None:
             return "-"
         return f"{v:.3f}" if isinstance(v, float) and not math.isnan(v) else str(v)
-    cols = ("method", "dtype", "n", "tokens_per_s", "speedup", "alpha", "tokens_per_call", "mean_proposed", "c",
+    cols = ("method", "dtype", "n", "tokens_per_s", "speedup", "speedup_median", "alpha", "tokens_per_call", "mean_proposed", "c",
             "beta", "predicted_speedup", "efficiency", "identical_to_ar", "identical_to_counterpart")
     cells = [[fmt(r.get(c)) for c in cols] for r in rows]
     widths = [max(len(c), *(len(row[i]) for row in cells)) for i, c in enumerate(cols)]

@@ -15,8 +15,9 @@ class GenerationRecord:
     target_calls: int = 0  # target forward passes, prefill included
     draft_calls: int = 0  # draft model forward passes (0 for model-free drafts)
     accept_lengths: list[int] = field(default_factory=list)  # draft tokens accepted, one per verifying target call
-    proposed_lengths: list[int] = field(default_factory=list)  # draft tokens offered, one per verifying target call
+    proposed_lengths: list[int] = field(default_factory=list)  # depth of the proposal (its longest root path)
     gammas: list[int] = field(default_factory=list)  # γ asked of the drafter at each step (varies with --gamma auto)
+    tree_sizes: list[int] = field(default_factory=list)  # nodes scored per verifying target call (= γ for a chain)
     time_draft_s: float = 0.0
     time_target_s: float = 0.0
     time_other_s: float = 0.0

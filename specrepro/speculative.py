@@ -1,6 +1,10 @@
-"""The one verification loop: draft, score with the target in one forward pass, accept, roll back.
+"""The one verification loop: propose, score the proposal tree in one target forward, verify, keep the path.
 
-Every speculative method in the package is a ``Drafter`` plus an acceptance rule plugged in here.
+Every speculative method in the package is a ``Drafter`` plus an acceptance rule plugged in here. A proposal is
+a token tree (``specrepro.tree``); classic speculative decoding proposes a chain, the tree whose every node has
+one child, so it runs through the same steps: the target scores the newest committed token and the N nodes in
+one forward (tree attention, ``CachedModel.logits_for_tree``), a pure rule picks the accepted root path and the
+next token (``specrepro.acceptance``), and the cache keeps exactly that path (``CachedModel.keep_path``).
 """
 from __future__ import annotations
 
@@ -8,27 +12,28 @@ from typing import Callable
 
 import torch
 
-from .acceptance import speculative_sampling
+from .acceptance import TREE_RULES, TreeRule
 from .adaptive import FixedGamma, GammaPolicy
 from .config import DecodeConfig
 from .decoding import commit, start_run
-from .drafters.base import Drafter, Proposal
+from .drafters.base import Drafter, Proposal, StepFeedback
 from .kvcache import CachedModel
 from .record import GenerationRecord
+from .tree import depths
 from .warping import one_hot, warp
-
-AcceptanceRule = Callable[[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor], tuple[int, int]]
 
 
 def speculative_generate(target: torch.nn.Module, drafter: Drafter, prompt_ids: list[int], config: DecodeConfig,
-                         eos: set[int] = frozenset(), rule: AcceptanceRule = speculative_sampling,
+                         eos: set[int] = frozenset(), rule: TreeRule | Callable = TREE_RULES["exact"],
                          context_length: int | None = None, method: str = "speculative",
                          on_step: Callable[[CachedModel, Drafter, list[int]], None] | None = None,
                          gamma_policy: GammaPolicy | None = None) -> GenerationRecord:
     """Batch size 1. ``on_step(target_cache, drafter, committed_ids)`` runs after each step (tests use it).
 
-    ``gamma_policy`` says how many drafts to ask for at each step: ``FixedGamma(config.gamma)`` unless given
-    (``config.gamma == "auto"`` needs an ``AdaptiveGamma`` built from a device profile).
+    ``rule(p [N+1, V], q [N, V], tokens [N], parents [N], uniforms [N+1]) -> (path, next_token)``: a tree rule
+    (default: exact recursive rejection sampling, which on a chain is speculative sampling with the same
+    uniforms). ``gamma_policy`` says how many drafts to ask for at each step: ``FixedGamma(config.gamma)``
+    unless given (``config.gamma == "auto"`` needs an ``AdaptiveGamma`` built from a device profile).
     """
     if gamma_policy is None:
         if config.gamma == "auto":
@@ -38,49 +43,46 @@ def speculative_generate(target: torch.nn.Module, drafter: Drafter, prompt_ids: 
     run = start_run(target, prompt_ids, config, method, context_length)
     generator, clock, p_model, ids, out, rec = run.generator, run.clock, run.p_model, run.ids, run.out, run.rec
     rec.provenance["gamma_policy"] = gamma_policy.to_dict()
+    rec.provenance["acceptance"] = rule.describe() if isinstance(rule, TreeRule) else {"name": rule.__name__}
     drafter.reset()
 
     start = clock.now()
     stop = None
     while stop is None:
-        # 1. Draft: γ from the policy (α so far), never more than the budget left after the target's token.
+        # 1. Propose: γ from the policy (α so far), never more than the budget left after the target's token.
         gamma = min(gamma_policy.choose(sum(rec.accept_lengths), rec.tested), config.max_new_tokens - len(out) - 1)
         rec.gammas.append(gamma)
         t0 = clock.now()
-        if gamma > 0:
-            proposal = drafter.propose(ids, gamma, config.sampling, generator)
-        else:
-            proposal = Proposal(tokens=torch.empty(0, dtype=torch.long), probs=None)  # one plain step
+        proposal = drafter.propose(ids, gamma, config.sampling, generator) if gamma > 0 else Proposal.empty()
         t1 = clock.now()
-        drafts = proposal.tokens.tolist()
-        g = len(drafts)
+        tokens, parents = proposal.tokens.long().cpu(), proposal.tree_parents()  # [N], [N]
+        n = tokens.numel()
 
-        # 2. Verify: one target forward over the newest committed token and the g drafts -> g+1 rows.
-        logits = p_model.logits_for(ids + drafts, n_last=g + 1)[-(g + 1):]  # [g+1, V]
+        # 2. Score: one target forward over the newest committed token and the N nodes -> N+1 rows.
+        logits, hidden = p_model.logits_for_tree(ids, tokens, parents, output_hidden=drafter.needs_hidden)
         t2 = clock.now()
-        p = warp(logits, config.sampling)  # [g+1, V]
-        draft_tokens = torch.tensor(drafts, dtype=torch.long, device=p.device)  # [g]
-        if proposal.probs is not None:
-            q = proposal.probs.to(p.device)  # [g, V]
-        else:
-            q = one_hot(draft_tokens, p.shape[-1])  # [g, V] deterministic draft
+        p = warp(logits, config.sampling)  # [N+1, V]
+        tokens = tokens.to(p.device)
+        q = proposal.probs.to(p.device) if proposal.probs is not None else one_hot(tokens, p.shape[-1])  # [N, V]
 
-        # 3. Accept: a pure rule on tensors; uniforms come from the run's (CPU) generator.
-        uniforms = torch.rand(g + 1, generator=generator, dtype=torch.float64).to(p.device)  # [g+1]
-        n, next_token = rule(p, q, draft_tokens, uniforms)
+        # 3. Verify: a pure rule on tensors; uniforms come from the run's (CPU) generator.
+        uniforms = torch.rand(n + 1, generator=generator, dtype=torch.float64).to(p.device)  # [N+1]
+        path, next_token = rule(p, q, tokens, parents, uniforms)
 
-        # 4. Commit the n accepted drafts and the recovered/bonus token.
-        stop = commit(ids, out, drafts[:n] + [next_token], config, eos)
+        # 4. Commit the accepted path and the recovered/bonus token.
+        stop = commit(ids, out, [int(tokens[i]) for i in path] + [next_token], config, eos)
 
-        # 5. Roll back: the target keeps every committed token but the newest (not yet run through it).
-        p_model.rollback(len(ids) - 1)
-        drafter.update(ids)
+        # 5. Keep the path: the target caches every committed token but the newest (not yet run through it).
+        p_model.keep_path(path)
+        p_model.rollback(len(ids) - 1)  # (a stop inside the path commits fewer tokens than were kept)
+        drafter.feedback(StepFeedback(ids=ids, path=list(path), p=p, hidden=hidden))
 
         rec.target_calls += 1
         rec.draft_calls += proposal.calls
-        if g > 0:
-            rec.accept_lengths.append(n)
-            rec.proposed_lengths.append(g)
+        if n > 0:
+            rec.accept_lengths.append(len(path))
+            rec.proposed_lengths.append(int(depths(parents).max()))  # the longest root path offered
+            rec.tree_sizes.append(n)
         rec.time_draft_s += t1 - t0
         rec.time_target_s += t2 - t1
         if on_step is not None:

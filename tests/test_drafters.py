@@ -15,7 +15,7 @@ import pytest
 import torch
 from scipy import stats
 
-from specrepro.acceptance import speculative_sampling
+from specrepro.acceptance import TREE_RULES
 from specrepro.autoregressive import autoregressive_generate
 from specrepro.config import DecodeConfig, SamplingConfig
 from specrepro.drafters import NGramDrafter, NGramTable, PromptLookupDrafter, fit_ngram
@@ -193,7 +193,7 @@ def chi2_pvalue(counts: np.ndarray, expected_p: np.ndarray) -> float:
     return stats.chisquare(observed, expected).pvalue
 
 
-def first_two_counts(target, drafter, sampling, rule=speculative_sampling, runs=RUNS) -> np.ndarray:
+def first_two_counts(target, drafter, sampling, rule=TREE_RULES["exact"], runs=RUNS) -> np.ndarray:
     counts = np.zeros((V, V), dtype=np.int64)
     for seed in range(runs):
         # max_new_tokens 3 with γ = 2: the first step drafts two tokens, so both positions are tested.
@@ -212,12 +212,12 @@ def test_sampling_is_exact_chi2(target, table, name):
 
 def test_chi2_detects_a_subtly_wrong_sampler(target, table):
     """The classic bug, drawing from p instead of norm(max(0, p − q)) after a rejection, fails the test."""
-    def resample_from_p(p, q, draft_tokens, uniforms):
+    def resample_from_p(p, q, draft_tokens, parents, uniforms):  # a chain rule in the loop's tree signature
         gamma = len(draft_tokens)
         for i in range(gamma):
             if uniforms[i] * q[i, draft_tokens[i]] >= p[i, draft_tokens[i]]:
-                return i, sample(p[i], uniforms[gamma])
-        return gamma, sample(p[gamma], uniforms[gamma])
+                return list(range(i)), sample(p[i], uniforms[gamma])
+        return list(range(gamma)), sample(p[gamma], uniforms[gamma])
     sampling = SamplingConfig(temperature=1.0)
     counts = first_two_counts(target, drafters(table)["bigram"], sampling, rule=resample_from_p)
     assert chi2_pvalue(counts, exact_first_two(target, PROMPT, sampling)) < FALSE_ALARM

@@ -1,9 +1,16 @@
-"""The drafter interface: drafters propose, the speculative loop verifies.
+"""The drafter interface: drafters propose, the verification loop scores and verifies.
 
-A drafter sees the committed token ids and returns up to γ tokens with, when it has one, the
-distribution q each was sampled from. A deterministic drafter returns ``probs=None``; the loop then uses
-a one-hot q, so speculative sampling stays exact (the survey blog: "a process which produces
-deterministic tokens could take the place of q, and the samples will still be from p").
+A drafter sees the committed token ids and returns a proposal: a token tree (``specrepro.tree``: tokens [N],
+parents [N], −1 = child of the newest committed token) of at most γ tokens per root path and, when it has one,
+the distribution q each token was drawn from. A chain of γ tokens (classic speculative decoding) leaves
+``parents`` as None. A deterministic drafter returns ``probs=None``; the loop then uses a one-hot q, so
+speculative sampling stays exact (the survey blog: "a process which produces deterministic tokens could take
+the place of q, and the samples will still be from p").
+
+After every verification the loop tells the drafter what happened in one call, ``feedback(step)``: the
+committed sequence, the accepted path, the target's warped rows and, for drafters that set ``needs_hidden``
+(Medusa heads, prompt tokens), the target's final hidden states (the counterpart of transformers'
+``update_candidate_strategy``).
 """
 from __future__ import annotations
 
@@ -13,27 +20,48 @@ from dataclasses import dataclass
 import torch
 
 from ..config import SamplingConfig
+from ..tree import chain_parents
 
 
 @dataclass
 class Proposal:
-    tokens: torch.Tensor  # [γ'] long, γ' <= γ (0 means "nothing to propose": the loop takes one plain step)
-    probs: torch.Tensor | None  # [γ', V] the q each token was drawn from; None for a deterministic drafter
+    tokens: torch.Tensor  # [N] long (N = 0: "nothing to propose", the loop takes one plain step)
+    probs: torch.Tensor | None  # [N, V] the q each token was drawn from; None for a deterministic drafter
     calls: int = 0  # draft-model forward passes spent on this proposal
+    parents: torch.Tensor | None = None  # [N] long, −1 = child of the newest committed token; None = a chain
+
+    @classmethod
+    def empty(cls) -> "Proposal":
+        return cls(tokens=torch.empty(0, dtype=torch.long), probs=None)
+
+    def tree_parents(self) -> torch.Tensor:
+        """parents [N] of the proposal's tree (a chain's when none were given)."""
+        return chain_parents(self.tokens.numel()) if self.parents is None else self.parents.long().cpu()
+
+
+@dataclass(frozen=True)
+class StepFeedback:
+    """What one verification step did, as the drafter hears it."""
+
+    ids: list[int]  # the committed sequence after the step (prompt included)
+    path: list[int]  # accepted node indices of the proposal, root child first
+    p: torch.Tensor  # [N+1, V] the target's warped rows over the scored tree
+    hidden: torch.Tensor | None  # [N+1, H] the target's final hidden states, when the drafter set needs_hidden
 
 
 class Drafter(abc.ABC):
     """Every drafter takes the same arguments; state (caches, tables) lives inside it."""
 
     name: str = "drafter"
+    needs_hidden: bool = False  # ask the loop for the target's hidden states in feedback (self-drafting heads)
 
     @abc.abstractmethod
     def propose(self, ids: list[int], gamma: int, sampling: SamplingConfig,
                 generator: torch.Generator) -> Proposal:
-        """Propose up to ``gamma`` tokens to follow ``ids`` (the committed sequence, prompt included)."""
+        """Propose up to ``gamma`` tokens per root path to follow ``ids`` (the committed sequence, prompt included)."""
 
-    def update(self, ids: list[int]) -> None:
-        """Told the committed sequence after each verification (roll back caches, learn online, ...)."""
+    def feedback(self, step: StepFeedback) -> None:
+        """Told what each verification did (roll back caches, learn online, read the target's hidden states)."""
 
     def reset(self) -> None:
         """Forget per-sequence state before a new prompt."""

@@ -6,7 +6,7 @@ import torch
 from ..config import SamplingConfig
 from ..kvcache import CachedModel, common_prefix
 from ..warping import sample, warp
-from .base import Drafter, Proposal
+from .base import Drafter, Proposal, StepFeedback
 
 
 class LMDrafter(Drafter):
@@ -29,9 +29,9 @@ class LMDrafter(Drafter):
             seq.append(x_i)
         return Proposal(tokens=torch.tensor(tokens), probs=torch.stack(probs), calls=gamma)
 
-    def update(self, ids: list[int]) -> None:
+    def feedback(self, step: StepFeedback) -> None:
         # Keep only the cached positions that were committed; x_γ was never run through the draft.
-        self.lm.rollback(common_prefix(self.lm.ids, ids))
+        self.lm.rollback(common_prefix(self.lm.ids, step.ids))
 
     def reset(self) -> None:
         self.lm.reset()
