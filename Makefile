@@ -34,9 +34,10 @@ figures: venv models
 	$(PY) notebooks/run_notebooks.py --profile $(PROFILE)
 
 bench: venv models
-	$(PY) -m specrepro bench --methods ar,speculative,prompt-lookup,hf-assisted,hf-prompt-lookup \
+	$(PY) -m specrepro bench \
+	  --methods ar,speculative,speculative:gauto,prompt-lookup,prompt-lookup:gauto,medusa,hf-assisted,hf-prompt-lookup \
 	  --target smollm2-135m-instruct --draft smollm2-135m-draft --suite mixed \
-	  --max-new-tokens 64 --temperature 0 --gamma 4 --repeats 1 --out figures/bench
+	  --max-new-tokens 64 --temperature 0 --gamma 4 --dtype auto --repeats 1 --out figures/bench/make-bench
 
 lab: venv
 	$(VENV)/bin/jupyter lab --notebook-dir=.
