@@ -17,6 +17,8 @@ def add_decode_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--top-p", type=float, default=1.0)
     p.add_argument("--gamma", type=gamma_arg, default=4,
                    help="draft tokens per step, or auto: chosen each step from the device profile and α so far")
+    p.add_argument("--tree-size", type=int, default=None,
+                   help="nodes of the draft tree for tree methods (medusa; default: the drafter's)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--dtype", default="auto",
                    help="auto (default: the fastest for the method per the device profile), bf16, fp16 or fp32")
@@ -70,6 +72,23 @@ def plan_dtype_and_gamma(method: str, args: argparse.Namespace):
     return dtype, {"dtype_reason": why, "cpu_kernel_flags": cpu_info()["kernel_flags"]}, policy
 
 
+def medusa_tree_size(args: argparse.Namespace, dtype: str, config: DecodeConfig) -> tuple[DecodeConfig, str]:
+    """The hardware-aware tree size: the n maximising τ(n) / L_fp(n+1) on this device's profile."""
+    import dataclasses
+
+    from .drafters.medusa import hardware_tree_size, load_heads
+    from .metrics.profile import get_profile
+    from .models import medusa_heads_folder
+
+    _, heads = load_heads(medusa_heads_folder(args.draft, args.target))
+    profile = get_profile(args.target, None, dtype, device=args.device, threads=args.threads)
+    size, curve = hardware_tree_size(heads.rank_probs, heads.num_heads, profile.l_fp, profile.n_max - 1)
+    tau, latency, speedup = curve[size]
+    why = (f"tree size {size} maximises τ(n)/L_fp(n+1) on the {dtype} profile: τ {tau:.2f}, "
+           f"L_fp {1e3 * latency:.1f} ms, predicted speedup {speedup:.2f}")
+    return dataclasses.replace(config, tree_size=size), why
+
+
 def cmd_generate(args: argparse.Namespace) -> int:
     from .generate import METHODS, REGISTRY, generate
     from .models import load_draft, load_model
@@ -80,7 +99,7 @@ def cmd_generate(args: argparse.Namespace) -> int:
     needs = REGISTRY[args.method].needs
     sampling = SamplingConfig(temperature=args.temperature, top_k=args.top_k, top_p=args.top_p)
     config = DecodeConfig(method=args.method, max_new_tokens=args.max_new_tokens, gamma=args.gamma,
-                          sampling=sampling, seed=args.seed)
+                          sampling=sampling, tree_size=args.tree_size, seed=args.seed)
     if args.prompt is not None:
         prompts = [("prompt", [("user", args.prompt)])]
     else:
@@ -91,12 +110,16 @@ def cmd_generate(args: argparse.Namespace) -> int:
         raise ValueError(f"--method {args.method} needs --ngram-table FILE (an .npz written by NGramTable.save)")
 
     dtype, provenance, policy = plan_dtype_and_gamma(args.method, args)
+    if needs == "medusa heads" and args.tree_size is None:
+        config, provenance["tree_size_reason"] = medusa_tree_size(args, dtype, config)
     target = load_model(args.target, dtype=dtype, device=args.device)  # once per invocation
     draft = None
     if needs == "draft model":
         draft = load_draft(args.draft, target)
     elif needs == "n-gram table":
         draft = args.ngram_table
+    elif needs == "medusa heads":
+        draft = args.draft  # a heads folder or zoo name; None: the target's own zoo heads
     for prompt_id, messages in prompts:
         rec = generate(target, messages, config, draft=draft, chat_template=not args.no_chat_template,
                        gamma_policy=policy, provenance=provenance)
@@ -203,6 +226,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
         methods=tuple(m.strip() for m in args.methods.split(",") if m.strip()), target=args.target,
         draft=args.draft, prompts=source, limit=args.limit, max_new_tokens=args.max_new_tokens,
         temperature=args.temperature, top_k=args.top_k, top_p=args.top_p, gamma=args.gamma, gamma_max=args.gamma_max,
+        tree_size=args.tree_size,
         repeats=args.repeats, seed=args.seed, dtype=args.dtype, device=args.device, threads=args.threads,
         ngram_table=str(Path(args.ngram_table).resolve()) if args.ngram_table else None,
         chat_template=not args.no_chat_template, warmup_tokens=args.warmup_tokens)

@@ -53,6 +53,7 @@ from .bench_summary import (SUMMARY_COLUMNS, format_summary, mismatches, pooled_
 from .config import DecodeConfig, SamplingConfig
 from .decoding import eos_ids, model_device
 from .drafters import Drafter
+from .drafters.medusa import hardware_tree_size
 from .generate import METHODS, REGISTRY, drafter_for, encode_prompt, generate_ids, method_kind
 from .hf_baselines import HF_METHODS, assisted_unsupported, hf_generate
 from .metrics.profile import (DEFAULT_ALPHA_PRIOR, Profile, ProfileKey, candidate_dtypes, choose_dtype, cpu_info,
@@ -119,6 +120,7 @@ class BenchConfig:
     top_p: float = 1.0
     gamma: int | str = 4  # γ for every variant that names none; "auto": chosen each step from the profile
     gamma_max: int = 16  # largest γ that gamma auto considers
+    tree_size: int | None = None  # nodes of a token-tree drafter (medusa); None: the drafter's default
     repeats: int = 1
     seed: int = 0  # base seed; repeat r uses seed + r
     dtype: str | None = None  # default dtype of the variants: None = the given models' (or the loader's), or auto
@@ -155,7 +157,7 @@ class BenchConfig:
                       gamma: int | str | None = None) -> DecodeConfig:
         return DecodeConfig(method=method, max_new_tokens=max_new_tokens or self.max_new_tokens,
                             gamma=self.gamma if gamma is None else gamma, sampling=self.sampling(),
-                            seed=self.seed + repeat)
+                            tree_size=self.tree_size, seed=self.seed + repeat)
 
     def to_dict(self) -> dict:
         return json.loads(json.dumps(dataclasses.asdict(self)))  # tuples -> lists, as read back
@@ -349,7 +351,9 @@ def _default_device() -> torch.device:
 def _n_max(variants: list, config: BenchConfig) -> int:
     """The largest forward a session's profile must time: γ+1 for the largest fixed γ, or γ_max+1."""
     gammas = [config.gamma_max if v.gamma == "auto" else v.gamma for v in variants if method_kind(v.method) != "plain"]
-    return max(gammas, default=1) + 1
+    if any(v.method == "medusa" for v in variants):  # a tree's forward covers its nodes: up to the profile's range
+        gammas.append((config.tree_size or 63))
+    return min(max(gammas, default=1) + 1, 64)
 
 
 def _measure_profiles(models: _Models, dtypes: Sequence[str], context: list[int], config: BenchConfig,
@@ -476,7 +480,16 @@ def run_bench(config: BenchConfig, out: str | Path, *, target: LoadedModel | Non
                 continue
             t, d = models.at(v.dtype)
             source = {"draft model": d, "n-gram table": config.ngram_table}.get(REGISTRY[v.method].needs)
-            drafters[v.label] = drafter_for(source, v.method)
+            drafters[v.label] = drafter_for(source, v.method, t, config.decode_config(v.method, 0))
+
+    for v in resolved:  # Medusa without --tree-size: the hardware-aware size from this session's profile
+        if v.method == "medusa" and config.tree_size is None and v.label not in provenance.get("tree_sizes", {}):
+            d = drafters[v.label]
+            size, _ = hardware_tree_size(d.config.rank_probs, d.config.num_heads, profiles[v.dtype].l_fp,
+                                         profiles[v.dtype].n_max - 1)
+            provenance.setdefault("tree_sizes", {})[v.label] = size
+        if v.method == "medusa" and v.label in provenance.get("tree_sizes", {}):
+            drafters[v.label].tree_size = provenance["tree_sizes"][v.label]
 
     def policy(v: Variant):
         if v.gamma != "auto":

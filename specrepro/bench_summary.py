@@ -46,6 +46,20 @@ def predicted_from_steps(alpha: float | None, proposed: list[int], plain_steps: 
     return tokens * baseline_decode_s / seconds
 
 
+def predicted_for_trees(records: list[dict], profile: Profile, baseline_decode_s: float) -> float | None:
+    """Token trees (Medusa): α along a chain does not describe a tree, so the prediction takes the measured
+    tokens per target call τ and charges every step the measured L_fp of its real size (the root and its n
+    nodes; a plain step L_fp(1)): speedup = tokens · L_fp,baseline(1) / Σ_steps L_fp(n_s + 1). Efficiency then
+    measures what the loop spends outside the target's forward (heads, tree bookkeeping, sampling)."""
+    tokens = sum(r["new_tokens"] for r in records)
+    sizes = [n for r in records for n in r.get("tree_sizes", [])]
+    plain = sum(r["target_calls"] - len(r.get("tree_sizes", [])) for r in records)
+    if not tokens or any(n + 1 > profile.n_max for n in sizes):
+        return None
+    seconds = plain * profile.decode_s + sum(profile.l_fp(n + 1) for n in sizes)
+    return tokens * baseline_decode_s / seconds
+
+
 def pooled_alpha(records: list[dict]) -> float | None:
     accepted = tested = 0
     for r in records:
@@ -114,6 +128,8 @@ def summarize(records: list[dict], variants: list, greedy: bool, profiles: dict[
             base_decode = profiles[by_label[baseline].dtype].decode_s
             if kind == "plain":
                 predicted = base_decode / profile.decode_s  # no drafting: only the dtype differs
+            elif ours and any(r.get("tree_sizes", r["proposed_lengths"]) != r["proposed_lengths"] for r in rs):
+                predicted = predicted_for_trees(rs, profile, base_decode)
             elif ours and c is not None:
                 plain = sum(r["target_calls"] - len(r["proposed_lengths"]) for r in rs)
                 predicted = predicted_from_steps(alpha, proposed, plain, c, profile, base_decode)

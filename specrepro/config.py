@@ -40,6 +40,7 @@ class DecodeConfig:
     max_new_tokens: int = 64  # hard cap; a step that accepts several tokens never overshoots it
     gamma: int | str = 4  # γ, draft tokens per target call (ignored by "ar"); "auto": chosen each step (adaptive.py)
     sampling: SamplingConfig = SamplingConfig()
+    tree_size: int | None = None  # nodes of a drafter's token tree (Medusa); None: the drafter's default
     seed: int = 0  # seeds the torch.Generator that supplies every uniform the decoder draws
     stop_at_eos: bool = True
 
@@ -48,6 +49,8 @@ class DecodeConfig:
             raise ValueError(f"max_new_tokens must be an integer >= 1, got {self.max_new_tokens!r}")
         if self.gamma != "auto" and (not isinstance(self.gamma, int) or isinstance(self.gamma, bool) or self.gamma < 1):
             raise ValueError(f"gamma (draft tokens per step) must be an integer >= 1 or 'auto', got {self.gamma!r}")
+        if self.tree_size is not None and (not isinstance(self.tree_size, int) or self.tree_size < 1):
+            raise ValueError(f"tree_size must be an integer >= 1 (nodes of the draft tree), got {self.tree_size!r}")
         if not isinstance(self.seed, int):
             raise ValueError(f"seed must be an integer, got {self.seed!r}")
 

@@ -47,8 +47,8 @@ from .config import DecodeConfig, SamplingConfig
 from .decoding import eos_ids
 from .draft_model import ReducedVocabDraft, draft_from_target, load_draft_model, save_draft
 from .drafters import LMDrafter
-from .kvcache import CachedModel
 from .models import LoadedModel, load_model
+from .provenance import atomic_write_text
 from .speculative import speculative_generate
 
 EVAL_SUITES = ("instruct", "chat", "math", "summarize", "humaneval")  # held out: never used for training
@@ -538,20 +538,16 @@ def data_agreement(draft: ReducedVocabDraft, examples: list[Example], max_len: i
 
 
 def measure_cost_ratio(target: torch.nn.Module, draft: torch.nn.Module, prompt_ids: list[int], steps: int) -> dict:
-    """c = draft / target time of one cached decode step (``CachedModel.logits_for``), same context.
+    """c = draft / target time of one cached decode step after the same context, timed by the package's one
+    timing primitive (``metrics.profile.forward_timer``: device-synchronised, rolled back after each call).
 
     Steps alternate between the two models so that load from other processes hits both alike; medians."""
-    models = {"target": CachedModel(target), "draft": CachedModel(draft)}
-    seqs = {k: list(prompt_ids) for k in models}
-    times: dict[str, list[float]] = {k: [] for k in models}
-    for m in models:
-        models[m].logits_for(seqs[m])  # prefill, untimed
-    for i in range(steps):
-        for m, cm in models.items():
-            seqs[m].append(int(prompt_ids[i % len(prompt_ids)]))
-            t0 = time.perf_counter()
-            cm.logits_for(seqs[m])
-            times[m].append(time.perf_counter() - t0)
+    from .metrics.profile import forward_timer
+    timers = {"target": forward_timer(target, list(prompt_ids)), "draft": forward_timer(draft, list(prompt_ids))}
+    times: dict[str, list[float]] = {k: [] for k in timers}
+    for _ in range(steps):
+        for m, time_forward in timers.items():
+            times[m].append(time_forward(1))
     t_ms, d_ms = (1e3 * statistics.median(times[m]) for m in ("target", "draft"))
     return {"c": d_ms / t_ms, "target_ms": t_ms, "draft_ms": d_ms, "steps": steps, "context": len(prompt_ids),
             "dtype": str(next(draft.parameters()).dtype)}
@@ -572,9 +568,7 @@ def git_revision() -> dict:
 
 
 def _write_json(path: Path, obj: dict) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(obj, indent=2, default=str))
-    os.replace(tmp, path)
+    atomic_write_text(path, json.dumps(obj, indent=2, default=str))
 
 
 def distill(cfg: DistillConfig, out: str | Path, target: LoadedModel | None = None, chat: ChatFormat | None = None,

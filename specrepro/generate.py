@@ -20,12 +20,12 @@ from .speculative import speculative_generate
 class Method:
     """A decoding method: "ar", or the one speculative loop with a drafter built from ``draft``."""
 
-    needs: str | None  # what the ``draft`` argument must be: "draft model", "n-gram table" or None
-    build: Callable[[Any], Drafter] | None  # draft -> Drafter; None for "ar"
+    needs: str | None  # what the ``draft`` argument must be: "draft model", "n-gram table", "medusa heads" or None
+    build: Callable[[Any, LoadedModel | None, DecodeConfig | None], Drafter] | None  # (draft, target, config)
 
 
-def _ngram(order: int) -> Callable[[Any], Drafter]:
-    def build(draft: NGramTable | str | Path) -> Drafter:
+def _ngram(order: int) -> Callable[[Any, LoadedModel | None, DecodeConfig | None], Drafter]:
+    def build(draft: NGramTable | str | Path, target=None, config=None) -> Drafter:
         table = draft if isinstance(draft, NGramTable) else NGramTable.load(draft)
         if table.order < order:
             raise ValueError(f"a {'bigram' if order == 2 else 'unigram'} draft needs an order-{order} table, "
@@ -35,12 +35,28 @@ def _ngram(order: int) -> Callable[[Any], Drafter]:
     return build
 
 
+def _medusa(draft: str | Path | None, target: LoadedModel | None, config: DecodeConfig | None) -> Drafter:
+    """Medusa heads from a folder or zoo name, or the target's own zoo heads when none is named."""
+    from .drafters.medusa import DEFAULT_TREE_SIZE, MedusaDrafter, load_heads
+    from .models import medusa_heads_folder
+    if target is None:
+        raise ValueError("medusa drafts from the target's own hidden states: it needs the target")
+    param = next(target.model.parameters())
+    heads, mcfg = load_heads(medusa_heads_folder(draft, target.name), dtype=param.dtype, device=param.device)
+    if heads.blocks[0].weight.shape[0] != target.model.config.hidden_size:
+        raise ValueError(f"these Medusa heads were trained for hidden size {heads.blocks[0].weight.shape[0]}, "
+                         f"the target has {target.model.config.hidden_size}")
+    size = config.tree_size if config is not None and config.tree_size else DEFAULT_TREE_SIZE
+    return MedusaDrafter(heads, mcfg, target.model.get_output_embeddings(), tree_size=size)
+
+
 REGISTRY: dict[str, Method] = {
     "ar": Method(needs=None, build=None),
-    "speculative": Method(needs="draft model", build=lambda draft: LMDrafter(draft.model)),
-    "prompt-lookup": Method(needs=None, build=lambda draft: PromptLookupDrafter()),
+    "speculative": Method(needs="draft model", build=lambda draft, target=None, config=None: LMDrafter(draft.model)),
+    "prompt-lookup": Method(needs=None, build=lambda draft, target=None, config=None: PromptLookupDrafter()),
     "unigram": Method(needs="n-gram table", build=_ngram(1)),
     "bigram": Method(needs="n-gram table", build=_ngram(2)),
+    "medusa": Method(needs="medusa heads", build=_medusa),
 }
 METHODS = tuple(REGISTRY)
 
@@ -69,18 +85,20 @@ def encode_prompt(target: LoadedModel, prompt: str | Messages, chat_template: bo
     return tok(text, add_special_tokens=True)["input_ids"]
 
 
-def drafter_for(draft: LoadedModel | Drafter | NGramTable | str | None, method: str) -> Drafter:
-    """The drafter of a speculative ``method``: ``draft`` itself if it is one, else built from it."""
+def drafter_for(draft: LoadedModel | Drafter | NGramTable | str | None, method: str,
+                target: LoadedModel | None = None, config: DecodeConfig | None = None) -> Drafter:
+    """The drafter of a speculative ``method``: ``draft`` itself if it is one, else built from it (Medusa heads
+    also need the ``target`` they read, and the ``config``'s tree size)."""
     if method not in REGISTRY or REGISTRY[method].build is None:
         raise ValueError(f"{method!r} is not a speculative method; choose one of "
                          f"{', '.join(m for m in METHODS if REGISTRY[m].build is not None)}")
     if isinstance(draft, Drafter):
         return draft
     needs = REGISTRY[method].needs
-    if needs is not None and draft is None:
+    if needs in ("draft model", "n-gram table") and draft is None:
         flag = "--draft NAME" if needs == "draft model" else "--ngram-table FILE"
         raise ValueError(f"method {method!r} needs a {needs} ({flag})")
-    return REGISTRY[method].build(draft)
+    return REGISTRY[method].build(draft, target, config)
 
 
 def single_sequence(prompt_ids) -> list[int]:
@@ -121,7 +139,7 @@ def generate_ids(target: LoadedModel, prompt_ids, config: DecodeConfig,
     if config.method == "ar":
         rec = autoregressive_generate(target.model, prompt_ids, config, eos, target.context_length)
     elif config.method in REGISTRY:
-        rec = speculative_generate(target.model, drafter_for(draft, config.method), prompt_ids, config, eos,
+        rec = speculative_generate(target.model, drafter_for(draft, config.method, target, config), prompt_ids, config, eos,
                                    context_length=target.context_length, method=config.method,
                                    gamma_policy=gamma_policy)
     else:

@@ -41,6 +41,11 @@ ZOO: dict[str, ZooEntry] = {
         gguf_file="SmolLM2-135M-Instruct.Q4_1.gguf",
         hub_id="HuggingFaceTB/SmolLM2-135M-Instruct",
     ),
+    "smollm2-135m-medusa": ZooEntry(
+        description="3 Medusa heads for smollm2-135m-instruct (python -m specrepro.training.medusa)",
+        package="specrepro",
+        folder="zoo/smollm2-135m-medusa",
+    ),
     "smollm2-135m-draft": ZooEntry(
         description="3-layer reduced-vocabulary draft distilled from smollm2-135m-instruct (python -m specrepro.distill)",
         package="specrepro",
@@ -202,6 +207,23 @@ def load_draft(name: str, target: LoadedModel, dtype: str | torch.dtype | None =
                            device=device)
     check_pair(draft, target)
     return draft
+
+
+MEDUSA_HEADS = {"smollm2-135m-instruct": "smollm2-135m-medusa"}  # a target's own heads in the zoo
+
+
+def medusa_heads_folder(name: str | Path | None, target: str) -> Path:
+    """The folder of Medusa heads: a zoo name or folder, or (None) the zoo heads of ``target``."""
+    if name is None:
+        if target not in MEDUSA_HEADS:
+            raise ValueError(f"no Medusa heads in the zoo for target {target!r}: name a heads folder with --draft")
+        name = MEDUSA_HEADS[target]
+    if str(name) in ZOO and ZOO[str(name)].folder is not None:
+        return Path(__file__).parent / ZOO[str(name)].folder
+    if Path(name).expanduser().is_dir():
+        return Path(name).expanduser()
+    raise ValueError(f"unknown Medusa heads {str(name)!r}: not a zoo name ({', '.join(MEDUSA_HEADS.values())}) "
+                     f"nor a folder")
 
 
 def draft_alpha_prior(name: str, temperature: float = 0.0) -> float | None:

@@ -194,7 +194,7 @@ def test_hf_assisted_runs_a_reduced_vocabulary_draft(tmp_path, pair, table_path)
 
 def test_config_validation(table_path):
     with pytest.raises(ValueError, match="unknown method"):
-        config(table_path, methods=("ar", "medusa"))
+        config(table_path, methods=("ar", "no-such-method"))
     with pytest.raises(ValueError, match="twice"):
         config(table_path, methods=("ar", "ar"))
 
@@ -224,7 +224,7 @@ def test_variant_labels_are_checked():
     with pytest.raises(ValueError, match="bad field"):
         Variant.parse("speculative:g0", None, 4)
     with pytest.raises(ValueError, match="unknown method"):
-        Variant.parse("medusa:fp32", None, 4)
+        Variant.parse("no-such-method:fp32", None, 4)
     with pytest.raises(ValueError, match="fixed γ"):
         Variant.parse("hf-assisted:gauto", None, 4)
 

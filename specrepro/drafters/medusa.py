@@ -1,0 +1,161 @@
+"""Medusa heads (Cai et al. 2024; survey blog *Medusa*; PPD paper §2): the target drafts for itself.
+
+K small heads read the target's last hidden state h_t (after the final norm, what the LM head reads). Head k
+(k = 1..K) is one residual block, h + SiLU(W_k h + b_k) (Medusa-1), followed by the target's own LM head
+(shared, frozen), and predicts the token k+1 positions after position t: the base LM head gives token t+1,
+head 1 token t+2, and so on. With W_k = 0 a head starts as the base LM head.
+
+No separate draft model runs: the verification forward of step s already produced h at the accepted
+position, so the loop hands it over in ``feedback`` (``needs_hidden``) and the heads' top-k guesses become the
+tree of step s+1. The tree is sparse: its nodes are rank paths (i_1, …, i_d) — "the (i_1+1)-th guess of head
+1, then the (i_2+1)-th guess of head 2, …" — chosen from the heads' measured top-k accuracies as the n most
+probable paths (the Medusa/Sequoia construction, ``simulations.ppd.optimal_candidate_tree``). The candidates
+are deterministic (q one-hot), so the loop's exact rule keeps the output distributed as p at any temperature.
+
+A saved set of heads is a folder: ``heads.safetensors`` (the blocks), ``medusa_config.json`` (hidden size,
+number of heads, target, the rank probabilities of every head measured on held-out data) and, when trained by
+``specrepro.training.medusa``, its ``training_record.json``.
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+from safetensors.torch import load_file, save_file
+
+from ..config import SamplingConfig
+from .base import Drafter, Proposal, StepFeedback
+
+MEDUSA_CONFIG = "medusa_config.json"
+DEFAULT_TREE_SIZE = 16  # nodes, when neither --tree-size nor a device profile chooses
+WEIGHTS = "heads.safetensors"
+
+
+@dataclass(frozen=True)
+class MedusaConfig:
+    hidden_size: int  # H of the target
+    num_heads: int = 3  # K
+    target: str = "smollm2-135m-instruct"
+    # rank_probs[k][i]: P(the truth k+2 positions ahead is exactly head k's (i+1)-th guess), on held-out data
+    rank_probs: tuple[tuple[float, ...], ...] = ()
+
+
+class MedusaHeads(torch.nn.Module):
+    def __init__(self, hidden_size: int, num_heads: int):
+        super().__init__()
+        if num_heads < 1:
+            raise ValueError(f"num_heads must be >= 1, got {num_heads}")
+        self.blocks = torch.nn.ModuleList(torch.nn.Linear(hidden_size, hidden_size) for _ in range(num_heads))
+        for block in self.blocks:  # a head starts as the base LM head (SiLU(0) = 0)
+            torch.nn.init.zeros_(block.weight)
+            torch.nn.init.zeros_(block.bias)
+
+    def forward(self, hidden: torch.Tensor) -> torch.Tensor:
+        """hidden [..., H] -> each head's transformed state [K, ..., H] (the LM head then gives logits)."""
+        return torch.stack([hidden + torch.nn.functional.silu(block(hidden)) for block in self.blocks])
+
+
+def head_logits(heads: MedusaHeads, lm_head: torch.nn.Module, hidden: torch.Tensor) -> torch.Tensor:
+    """Logits of every head: hidden [..., H] -> [K, ..., V]."""
+    return lm_head(heads(hidden.to(lm_head.weight.dtype)))
+
+
+def save_heads(heads: MedusaHeads, config: MedusaConfig, folder: str | Path) -> Path:
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    save_file({k: v.detach().float().contiguous() for k, v in heads.state_dict().items()}, str(folder / WEIGHTS))
+    (folder / MEDUSA_CONFIG).write_text(json.dumps(asdict(config), indent=1) + "\n")
+    return folder
+
+
+def load_heads(folder: str | Path, dtype: torch.dtype = torch.float32,
+               device: str | torch.device = "cpu") -> tuple[MedusaHeads, MedusaConfig]:
+    folder = Path(folder)
+    if not (folder / MEDUSA_CONFIG).is_file():
+        raise ValueError(f"{folder} holds no Medusa heads ({MEDUSA_CONFIG} is missing)")
+    d = json.loads((folder / MEDUSA_CONFIG).read_text())
+    config = MedusaConfig(**{**d, "rank_probs": tuple(tuple(r) for r in d.get("rank_probs", ()))})
+    heads = MedusaHeads(config.hidden_size, config.num_heads)
+    heads.load_state_dict(load_file(str(folder / WEIGHTS)))
+    return heads.to(device=device, dtype=dtype).eval().requires_grad_(False), config
+
+
+def sparse_tree(rank_probs, size: int, depth: int) -> tuple[tuple[int, ...], ...]:
+    """The ``size`` most probable rank paths of depth <= ``depth`` (prefix-closed, parents first); all of them
+    when fewer exist."""
+    from simulations.ppd import optimal_candidate_tree
+    probs = np.asarray(rank_probs, dtype=np.float64)[:depth]
+    k = probs.shape[1]
+    return optimal_candidate_tree(probs, min(size, sum(k ** d for d in range(1, depth + 1))), depth)
+
+
+def paths_to_parents(paths: tuple[tuple[int, ...], ...]) -> torch.Tensor:
+    """parents [N] of a prefix-closed list of rank paths (each path's prefix comes before it)."""
+    index = {p: i for i, p in enumerate(paths)}
+    try:
+        return torch.tensor([index[p[:-1]] if len(p) > 1 else -1 for p in paths], dtype=torch.long)
+    except KeyError as err:
+        raise ValueError(f"the rank paths are not prefix-closed: {err.args[0]} is missing") from None
+
+
+def hardware_tree_size(rank_probs, depth: int, l_fp, n_max: int = 63) -> tuple[int, dict]:
+    """The hardware-aware tree size (PPD paper §4.2, also Medusa's choice of tree): the n maximising
+    τ(n) / L_fp(n+1), with τ(n) = 1 + f(tree of n nodes) the expected tokens per step (Prop. 4.1) and L_fp the
+    measured latency of one target forward over n+1 new tokens (the root and the n nodes).
+
+    Returns (n, {n: (τ(n), L_fp(n+1), predicted speedup τ/L_fp × L_fp(1))}) for every n considered."""
+    from simulations.ppd import expected_tokens
+    curve = {}
+    for n in range(1, n_max + 1):
+        tau = 1.0 + expected_tokens(sparse_tree(rank_probs, n, depth), np.asarray(rank_probs)[:depth])
+        curve[n] = (tau, l_fp(n + 1), tau * l_fp(1) / l_fp(n + 1))
+    return max(curve, key=lambda n: curve[n][2]), curve
+
+
+class MedusaDrafter(Drafter):
+    """Proposes a sparse tree of the heads' top-k guesses from the hidden state the last verification left.
+
+    The first step of a generation has no hidden state yet and proposes nothing (one plain step, which also
+    prefills the prompt). ``tree_size`` nodes at most; γ caps the depth (at most K)."""
+
+    name = "medusa"
+    needs_hidden = True
+
+    def __init__(self, heads: MedusaHeads, config: MedusaConfig, lm_head: torch.nn.Module, tree_size: int = 16):
+        if tree_size < 1:
+            raise ValueError(f"tree size must be >= 1, got {tree_size}")
+        if not config.rank_probs:
+            raise ValueError("these Medusa heads carry no measured accuracies (rank_probs) to build a tree from")
+        self.heads, self.config, self.lm_head, self.tree_size = heads, config, lm_head, tree_size
+        self.k_max = len(config.rank_probs[0])
+        self._trees: dict[tuple[int, int], tuple[torch.Tensor, torch.Tensor, torch.Tensor]] = {}
+        self.reset()
+
+    def reset(self) -> None:
+        self.guesses: torch.Tensor | None = None  # [K, k_max] token ids, best first
+
+    def tree(self, depth: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """(head index [N], rank [N], parents [N]) of the sparse tree of depth <= ``depth`` (cached)."""
+        key = (depth, self.tree_size)
+        if key not in self._trees:
+            paths = sparse_tree(self.config.rank_probs, self.tree_size, depth)
+            self._trees[key] = (torch.tensor([len(p) - 1 for p in paths]), torch.tensor([p[-1] for p in paths]),
+                                paths_to_parents(paths))
+        return self._trees[key]
+
+    def propose(self, ids: list[int], gamma: int, sampling: SamplingConfig,
+                generator: torch.Generator) -> Proposal:
+        if self.guesses is None:
+            return Proposal.empty()
+        head, rank, parents = self.tree(min(gamma, self.config.num_heads))
+        tokens = self.guesses[head, rank]  # [N]
+        return Proposal(tokens=tokens.cpu(), probs=None, calls=0, parents=parents)
+
+    def feedback(self, step: StepFeedback) -> None:
+        row = step.path[-1] + 1 if step.path else 0  # the hidden state that drew the committed next token
+        with torch.inference_mode():
+            logits = head_logits(self.heads, self.lm_head, step.hidden[row])  # [K, V]
+            self.guesses = logits.topk(self.k_max, dim=-1).indices  # [K, k_max]

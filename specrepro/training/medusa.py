@@ -1,0 +1,244 @@
+"""Train Medusa heads on the frozen target (Cai et al. 2024, Medusa-1), on text the target writes itself.
+
+    python -m specrepro.training.medusa --out runs/medusa --seed 0
+
+1. Data (``DIR/data``, resumable): conversations written by the target with its top-k rows at every generated
+   position, exactly as ``specrepro.distill`` makes them (free and task-style shards; no suite prompt is shown).
+2. The frozen backbone runs once over every conversation; its final hidden states are kept in memory (the
+   heads are all that trains, so this makes CPU training cheap).
+3. Head k at position t learns the teacher's distribution of the token k+1 positions ahead (its top-k row,
+   renormalised): −Σ_j p_j log q_k(id_j), through the target's frozen LM head. Every 20th conversation is held
+   out.
+4. On the held-out conversations: each head's top-1..top-k_max accuracy against the teacher's argmax, which
+   gives the rank probabilities the sparse tree is built from (``drafters.medusa.sparse_tree``).
+5. ``DIR/heads`` gets the heads, their config (with the rank probabilities) and ``training_record.json``.
+"""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+from tqdm import tqdm
+
+from ..distill import DistillConfig, Example, chat_format, generate_data, load_data, task_openings
+from ..drafters.medusa import MedusaConfig, MedusaHeads, save_heads
+from ..models import LoadedModel, load_model
+from ..provenance import atomic_write_text, git_revision
+
+
+@dataclass(frozen=True)
+class MedusaTrainConfig:
+    target: str = "smollm2-135m-instruct"
+    seed: int = 0
+    num_heads: int = 3  # K
+    shards: int = 4  # free target-written conversation shards (specrepro.distill, 64 conversations each)
+    task_shards: int = 4  # task-style shards on top
+    gen_batch: int = 64  # conversations per shard
+    max_len: int = 320  # positions per conversation kept
+    steps: int = 800
+    batch_positions: int = 256  # hidden states per step
+    lr: float = 2e-3
+    warmup: int = 20
+    k_max: int = 10  # top-k accuracies measured on held-out data (the tree's ranks)
+    threads: int = 2
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+
+def data_config(cfg: MedusaTrainConfig) -> DistillConfig:
+    """The distillation data recipe, reused: same generator, fewer shards."""
+    return DistillConfig(target=cfg.target, seed=cfg.seed, shards=cfg.shards, task_shards=cfg.task_shards,
+                         gen_batch=cfg.gen_batch)
+
+
+def hidden_states(model: torch.nn.Module, examples: list[Example], max_len: int) -> list[torch.Tensor]:
+    """The frozen target's final hidden states [L, H] of every conversation (first ``max_len`` positions)."""
+    out = []
+    with torch.inference_mode():
+        for ex in tqdm(examples, desc="medusa: backbone hidden states", file=sys.stderr):
+            ids = ex.tokens[:max_len][None]  # [1, L]
+            h = model(input_ids=ids, output_hidden_states=True).hidden_states[-1][0]  # [L, H], after the final norm
+            out.append(h.to(torch.bfloat16))
+    return out
+
+
+@dataclass
+class Positions:
+    """Every (conversation, position, head) whose target row exists: head k at t learns row t+1+k."""
+
+    conv: torch.Tensor  # [P]
+    pos: torch.Tensor  # [P]
+    head: torch.Tensor  # [P]
+
+
+def positions(examples: list[Example], num_heads: int, max_len: int) -> Positions:
+    conv, pos, head = [], [], []
+    for c, ex in enumerate(examples):
+        rows = ex.has_row[:max_len]
+        length = rows.numel()
+        for k in range(num_heads):
+            target = torch.arange(k + 1, length)  # token index t+1+k for t = 0..length−2−k
+            ok = rows[target].nonzero().flatten()
+            conv.append(torch.full((ok.numel(),), c))
+            pos.append(target[ok] - 1 - k)
+            head.append(torch.full((ok.numel(),), k))
+    return Positions(torch.cat(conv), torch.cat(pos), torch.cat(head))
+
+
+def one_head_logits(heads: MedusaHeads, lm_head: torch.nn.Module, hidden: torch.Tensor,
+                    head: torch.Tensor) -> torch.Tensor:
+    """Logits [B, V] of head ``head[b]`` at ``hidden[b]`` (hidden [B, H], head [B]): each head runs only on its
+    own rows, so a batch costs one LM-head product per row, not K."""
+    out = hidden.new_empty(hidden.shape[0], lm_head.weight.shape[0])  # [B, V]
+    for k, block in enumerate(heads.blocks):
+        rows = (head == k).nonzero().flatten()
+        if rows.numel():
+            h = hidden[rows]  # [b_k, H]
+            out[rows] = lm_head(h + torch.nn.functional.silu(block(h)))
+    return out
+
+
+def batch_loss(heads: MedusaHeads, lm_head: torch.nn.Module, hidden: list[torch.Tensor], examples: list[Example],
+               idx: Positions, num_heads: int) -> torch.Tensor:
+    """Mean of −Σ_j p_j log q_k(id_j) over the batch, p the teacher's renormalised top-k row at t+1+k."""
+    h = torch.stack([hidden[c][t] for c, t in zip(idx.conv.tolist(), idx.pos.tolist())]).float()  # [B, H]
+    logq = one_head_logits(heads, lm_head, h, idx.head).log_softmax(-1)  # [B, V]
+    rows = [(examples[c].top_ids[t + 1 + k], examples[c].top_probs[t + 1 + k])
+            for c, t, k in zip(idx.conv.tolist(), idx.pos.tolist(), idx.head.tolist())]
+    ids = torch.stack([r[0] for r in rows])  # [B, K_teacher]
+    p = torch.stack([r[1] for r in rows])  # [B, K_teacher]
+    p = p / p.sum(-1, keepdim=True)
+    return -(p * logq.gather(-1, ids)).sum(-1).mean()
+
+
+def topk_accuracy(heads: MedusaHeads, lm_head: torch.nn.Module, hidden: list[torch.Tensor], examples: list[Example],
+                  idx: Positions, num_heads: int, k_max: int, chunk: int = 512) -> np.ndarray:
+    """acc [K, k_max]: fraction of held-out positions where the teacher's argmax at t+1+k is in head k's top-i."""
+    hits = np.zeros((num_heads, k_max))
+    counts = np.zeros(num_heads)
+    with torch.inference_mode():
+        for s in range(0, idx.conv.numel(), chunk):
+            part = Positions(idx.conv[s:s + chunk], idx.pos[s:s + chunk], idx.head[s:s + chunk])
+            h = torch.stack([hidden[c][t] for c, t in zip(part.conv.tolist(), part.pos.tolist())]).float()
+            logits = one_head_logits(heads, lm_head, h, part.head)  # [B, V]
+            for b, (c, t, k) in enumerate(zip(part.conv.tolist(), part.pos.tolist(), part.head.tolist())):
+                truth = int(examples[c].top_ids[t + 1 + k, 0])
+                rank = int((logits[b] > logits[b, truth]).sum())  # 0 = top-1
+                if rank < k_max:
+                    hits[k, rank:] += 1
+                counts[k] += 1
+    return hits / np.maximum(counts, 1)[:, None]
+
+
+def train_medusa(cfg: MedusaTrainConfig, out: str | Path, target: LoadedModel | None = None,
+                 command: list[str] | None = None) -> dict:
+    """The whole recipe (module docstring); ``target`` defaults to the zoo target in fp32 (tests pass a tiny one)."""
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    torch.set_num_threads(cfg.threads)
+    command = command if command is not None else [sys.executable, "-m", "specrepro.training.medusa", *sys.argv[1:]]
+    atomic_write_text(out / "config.json", json.dumps({"command": command, **cfg.to_dict()}, indent=1) + "\n")
+    revision, times, t_start = git_revision(), {}, time.perf_counter()
+
+    # 1. Data, as specrepro.distill writes it.
+    t0 = time.perf_counter()
+    target = target if target is not None else load_model(cfg.target, dtype="fp32", device="cpu")
+    dcfg = data_config(cfg)
+    chat = chat_format(target)
+    made = generate_data(target.model, chat, dcfg, out / "data", task_openings(target.tokenizer))
+    examples = load_data(out / "data", dcfg)
+    times["data_s"] = time.perf_counter() - t0
+
+    # 2. Backbone hidden states, once.
+    t0 = time.perf_counter()
+    hidden = hidden_states(target.model, examples, cfg.max_len)
+    times["hidden_s"] = time.perf_counter() - t0
+    val_ids = [i for i in range(len(examples)) if i % 20 == 0]
+    train_ids = [i for i in range(len(examples)) if i % 20]
+    all_pos = positions(examples, cfg.num_heads, cfg.max_len)
+    is_val = torch.tensor([i % 20 == 0 for i in range(len(examples))])[all_pos.conv]
+    train_pos = Positions(*(t[~is_val] for t in (all_pos.conv, all_pos.pos, all_pos.head)))
+    val_pos = Positions(*(t[is_val] for t in (all_pos.conv, all_pos.pos, all_pos.head)))
+
+    # 3. Train the heads; the backbone and its LM head stay frozen.
+    t0 = time.perf_counter()
+    torch.manual_seed(cfg.seed)
+    lm_head = target.model.get_output_embeddings()
+    lm_head.requires_grad_(False)
+    hsize = target.model.config.hidden_size
+    heads = MedusaHeads(hsize, cfg.num_heads).float().train()
+    opt = torch.optim.AdamW(heads.parameters(), lr=cfg.lr, weight_decay=0.0)
+    sched = torch.optim.lr_scheduler.LambdaLR(
+        opt, lambda s: min(1.0, (s + 1) / cfg.warmup) * 0.5 * (1 + np.cos(np.pi * min(s, cfg.steps) / cfg.steps)))
+    g = torch.Generator().manual_seed(cfg.seed)
+    val_sample = torch.randperm(val_pos.conv.numel(), generator=g)[:2048]
+    val_small = Positions(val_pos.conv[val_sample], val_pos.pos[val_sample], val_pos.head[val_sample])
+    losses, vals = [], []
+    for step in tqdm(range(cfg.steps), desc="medusa: heads", file=sys.stderr):
+        pick = torch.randint(0, train_pos.conv.numel(), (cfg.batch_positions,), generator=g)
+        batch = Positions(train_pos.conv[pick], train_pos.pos[pick], train_pos.head[pick])
+        loss = batch_loss(heads, lm_head, hidden, examples, batch, cfg.num_heads)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
+        sched.step()
+        losses.append(float(loss))
+        if (step + 1) % 100 == 0 or step + 1 == cfg.steps:
+            with torch.no_grad():
+                vals.append((step + 1, float(batch_loss(heads, lm_head, hidden, examples, val_small, cfg.num_heads))))
+    heads.eval().requires_grad_(False)
+    times["train_s"] = time.perf_counter() - t0
+
+    # 4. Held-out top-k accuracies -> rank probabilities for the sparse tree.
+    t0 = time.perf_counter()
+    acc = topk_accuracy(heads, lm_head, hidden, examples, val_pos, cfg.num_heads, cfg.k_max)
+    rank_probs = np.diff(acc, axis=1, prepend=0.0).clip(min=0.0)
+    times["eval_s"] = time.perf_counter() - t0
+    times["total_s"] = time.perf_counter() - t_start
+
+    # 5. Files.
+    config = MedusaConfig(hidden_size=hsize, num_heads=cfg.num_heads, target=cfg.target,
+                          rank_probs=tuple(tuple(round(float(x), 6) for x in row) for row in rank_probs))
+    save_heads(heads, config, out / "heads")
+    trainable = sum(p.numel() for p in heads.parameters())
+    backbone = sum(p.numel() for p in target.model.parameters())
+    record = {
+        "command": command, "config": cfg.to_dict(), "git_revision": revision,
+        "data": {"recipe": "specrepro.distill.generate_data", "shards": cfg.shards, "task_shards": cfg.task_shards,
+                 "shards_generated_now": made, "conversations": len(examples), "train_conversations": len(train_ids),
+                 "val_conversations": len(val_ids), "train_positions": int(train_pos.conv.numel()),
+                 "val_positions": int(val_pos.conv.numel())},
+        "heads": {"num_heads": cfg.num_heads, "trainable_parameters": trainable, "target_parameters": backbone,
+                  "trainable_fraction": trainable / backbone},
+        "train": {"losses": [round(x, 5) for x in losses], "val_losses": vals},
+        "held_out_topk_accuracy": {f"head_{k + 1}": [round(float(x), 4) for x in acc[k]] for k in range(cfg.num_heads)},
+        "times_s": {k: round(v, 1) for k, v in times.items()},
+        "versions": {"torch": torch.__version__, "python": sys.version.split()[0]},
+    }
+    atomic_write_text(out / "heads" / "training_record.json", json.dumps(record, indent=1) + "\n")
+    atomic_write_text(out / "training_record.json", json.dumps(record, indent=1) + "\n")
+    return record
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="python -m specrepro.training.medusa", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--out", required=True, help="run folder (data shards are reused if present)")
+    for f in dataclasses.fields(MedusaTrainConfig):
+        parser.add_argument(f"--{f.name.replace('_', '-')}", type=type(f.default), default=f.default)
+    args = vars(parser.parse_args(argv))
+    out = args.pop("out")
+    record = train_medusa(MedusaTrainConfig(**args), out)
+    print(json.dumps({"held_out_topk_accuracy": record["held_out_topk_accuracy"], "heads": record["heads"],
+                      "times_s": record["times_s"]}, indent=1))
+
+
+if __name__ == "__main__":
+    main()
