@@ -125,7 +125,8 @@ def test_training_pieces_on_a_synthetic_teacher():
     with torch.inference_mode():
         hidden = [target(input_ids=e.tokens[None], output_hidden_states=True).hidden_states[-1][0] for e in examples]
     idx = positions(examples, 2, 20)
-    assert idx.conv.numel() == 6 * (19 + 18)  # head k has 20 − 1 − k positions per conversation
+    assert idx.conv.numel() == 6 * (18 + 17)  # head k (0-based) has 20 − 2 − k positions per conversation
+    assert bool((idx.pos[idx.head == 0] <= 17).all()) and bool((idx.pos[idx.head == 1] <= 16).all())
     heads = MedusaHeads(16, 2)
     h = torch.stack([hidden[c][t] for c, t in zip(idx.conv[:7].tolist(), idx.pos[:7].tolist())])
     full = head_logits(heads, target.lm_head, h)  # [K, 7, V]

@@ -6,8 +6,8 @@
    position, exactly as ``specrepro.distill`` makes them (free and task-style shards; no suite prompt is shown).
 2. The frozen backbone runs once over every conversation; its final hidden states are kept in memory (the
    heads are all that trains, so this makes CPU training cheap).
-3. Head k at position t learns the teacher's distribution of the token k+1 positions ahead (its top-k row,
-   renormalised): −Σ_j p_j log q_k(id_j), through the target's frozen LM head. Every 20th conversation is held
+3. Head k (1-based) at position t learns the teacher's distribution of the token k+1 positions ahead (its top-k
+   row, renormalised; the base LM head already gives the next one): −Σ_j p_j log q_k(id_j), through the target's frozen LM head. Every 20th conversation is held
    out.
 4. On the held-out conversations: each head's top-1..top-k_max accuracy against the teacher's argmax, which
    gives the rank probabilities the sparse tree is built from (``drafters.medusa.sparse_tree``).
@@ -70,9 +70,15 @@ def hidden_states(model: torch.nn.Module, examples: list[Example], max_len: int)
     return out
 
 
+def ahead(k: int) -> int:
+    """Head k (0-based) at hidden position t predicts token t + ahead(k): the base LM head gives t+1, the
+    first Medusa head t+2 (``drafters.medusa``: depth-1 nodes follow the token the target itself emits)."""
+    return k + 2
+
+
 @dataclass
 class Positions:
-    """Every (conversation, position, head) whose target row exists: head k at t learns row t+1+k."""
+    """Every (conversation, position, head) whose target row exists: head k at t learns row t + ahead(k)."""
 
     conv: torch.Tensor  # [P]
     pos: torch.Tensor  # [P]
@@ -85,10 +91,10 @@ def positions(examples: list[Example], num_heads: int, max_len: int) -> Position
         rows = ex.has_row[:max_len]
         length = rows.numel()
         for k in range(num_heads):
-            target = torch.arange(k + 1, length)  # token index t+1+k for t = 0..length−2−k
+            target = torch.arange(ahead(k), length)  # token index t + ahead(k) for t = 0..length−1−ahead(k)
             ok = rows[target].nonzero().flatten()
             conv.append(torch.full((ok.numel(),), c))
-            pos.append(target[ok] - 1 - k)
+            pos.append(target[ok] - ahead(k))
             head.append(torch.full((ok.numel(),), k))
     return Positions(torch.cat(conv), torch.cat(pos), torch.cat(head))
 
@@ -108,10 +114,10 @@ def one_head_logits(heads: MedusaHeads, lm_head: torch.nn.Module, hidden: torch.
 
 def batch_loss(heads: MedusaHeads, lm_head: torch.nn.Module, hidden: list[torch.Tensor], examples: list[Example],
                idx: Positions, num_heads: int) -> torch.Tensor:
-    """Mean of −Σ_j p_j log q_k(id_j) over the batch, p the teacher's renormalised top-k row at t+1+k."""
+    """Mean of −Σ_j p_j log q_k(id_j) over the batch, p the teacher's renormalised top-k row at t + ahead(k)."""
     h = torch.stack([hidden[c][t] for c, t in zip(idx.conv.tolist(), idx.pos.tolist())]).float()  # [B, H]
     logq = one_head_logits(heads, lm_head, h, idx.head).log_softmax(-1)  # [B, V]
-    rows = [(examples[c].top_ids[t + 1 + k], examples[c].top_probs[t + 1 + k])
+    rows = [(examples[c].top_ids[t + ahead(k)], examples[c].top_probs[t + ahead(k)])
             for c, t, k in zip(idx.conv.tolist(), idx.pos.tolist(), idx.head.tolist())]
     ids = torch.stack([r[0] for r in rows])  # [B, K_teacher]
     p = torch.stack([r[1] for r in rows])  # [B, K_teacher]
@@ -121,7 +127,8 @@ def batch_loss(heads: MedusaHeads, lm_head: torch.nn.Module, hidden: list[torch.
 
 def topk_accuracy(heads: MedusaHeads, lm_head: torch.nn.Module, hidden: list[torch.Tensor], examples: list[Example],
                   idx: Positions, num_heads: int, k_max: int, chunk: int = 512) -> np.ndarray:
-    """acc [K, k_max]: fraction of held-out positions where the teacher's argmax at t+1+k is in head k's top-i."""
+    """acc [K, k_max]: fraction of held-out positions where the teacher's argmax at t + ahead(k) is in head k's
+    top-i."""
     hits = np.zeros((num_heads, k_max))
     counts = np.zeros(num_heads)
     with torch.inference_mode():
@@ -130,7 +137,7 @@ def topk_accuracy(heads: MedusaHeads, lm_head: torch.nn.Module, hidden: list[tor
             h = torch.stack([hidden[c][t] for c, t in zip(part.conv.tolist(), part.pos.tolist())]).float()
             logits = one_head_logits(heads, lm_head, h, part.head)  # [B, V]
             for b, (c, t, k) in enumerate(zip(part.conv.tolist(), part.pos.tolist(), part.head.tolist())):
-                truth = int(examples[c].top_ids[t + 1 + k, 0])
+                truth = int(examples[c].top_ids[t + ahead(k), 0])
                 rank = int((logits[b] > logits[b, truth]).sum())  # 0 = top-1
                 if rank < k_max:
                     hits[k, rank:] += 1
