@@ -77,32 +77,37 @@ class ResumeMismatch(ValueError):
 
 @dataclass(frozen=True)
 class Variant:
-    """One column of a benchmark: a method at a dtype and a γ."""
+    """One column of a benchmark: a method at a dtype, a γ and (token-tree drafters) a tree size."""
 
-    label: str  # as listed: "speculative:fp32:g2"; the records' "method"
+    label: str  # as listed: "speculative:fp32:g2", "medusa:t16"; the records' "method"
     method: str  # the registered method: "speculative"
     dtype: str | None  # bf16 | fp16 | fp32 | auto, or None for the run's default
     gamma: int | str  # γ or "auto"
+    tree_size: int | None = None  # tN: nodes of the draft tree; None: --tree-size, else hardware-aware
 
     @classmethod
     def parse(cls, label: str, default_dtype: str | None, default_gamma: int | str) -> "Variant":
         method, *fields = label.split(":")
         if method not in ALL_METHODS:
             raise ValueError(f"unknown method {method!r} in {label!r}; choose from {', '.join(ALL_METHODS)}")
-        dtype, gamma = default_dtype, default_gamma
+        dtype, gamma, tree_size = default_dtype, default_gamma, None
         for field in fields:
             if field in DTYPE_FIELDS:
                 dtype = field
+            elif field.startswith("t") and field[1:].isdigit() and int(field[1:]) >= 1:
+                tree_size = int(field[1:])
             elif field == "gauto":
                 gamma = "auto"
             elif field.startswith("g") and field[1:].isdigit() and int(field[1:]) >= 1:
                 gamma = int(field[1:])
             else:
-                raise ValueError(f"bad field {field!r} in {label!r}: expected a dtype ({', '.join(DTYPE_FIELDS)}) "
-                                 f"or gN (N >= 1) or gauto")
+                raise ValueError(f"bad field {field!r} in {label!r}: expected a dtype ({', '.join(DTYPE_FIELDS)}), "
+                                 f"gN (N >= 1), gauto or tN (tree size N >= 1)")
         if gamma == "auto" and method in HF_METHODS:
             raise ValueError(f"{label}: gamma auto is our loop's policy; transformers' baselines take a fixed γ")
-        return cls(label, method, dtype, gamma)
+        if tree_size is not None and method != "medusa":
+            raise ValueError(f"{label}: a tree size (tN) is for token-tree drafters (medusa)")
+        return cls(label, method, dtype, gamma, tree_size)
 
 
 @dataclass(frozen=True)
@@ -351,8 +356,9 @@ def _default_device() -> torch.device:
 def _n_max(variants: list, config: BenchConfig) -> int:
     """The largest forward a session's profile must time: γ+1 for the largest fixed γ, or γ_max+1."""
     gammas = [config.gamma_max if v.gamma == "auto" else v.gamma for v in variants if method_kind(v.method) != "plain"]
-    if any(v.method == "medusa" for v in variants):  # a tree's forward covers its nodes: up to the profile's range
-        gammas.append((config.tree_size or 63))
+    for v in variants:  # a tree's forward covers its nodes: the named size, or up to the profile's range
+        if v.method == "medusa":
+            gammas.append(v.tree_size or config.tree_size or 63)
     return min(max(gammas, default=1) + 1, 64)
 
 
@@ -482,14 +488,25 @@ def run_bench(config: BenchConfig, out: str | Path, *, target: LoadedModel | Non
             source = {"draft model": d, "n-gram table": config.ngram_table}.get(REGISTRY[v.method].needs)
             drafters[v.label] = drafter_for(source, v.method, t, config.decode_config(v.method, 0))
 
-    for v in resolved:  # Medusa without --tree-size: the hardware-aware size from this session's profile
-        if v.method == "medusa" and config.tree_size is None and v.label not in provenance.get("tree_sizes", {}):
-            d = drafters[v.label]
-            size, _ = hardware_tree_size(d.config.rank_probs, d.config.num_heads, profiles[v.dtype].l_fp,
-                                         profiles[v.dtype].n_max - 1)
-            provenance.setdefault("tree_sizes", {})[v.label] = size
-        if v.method == "medusa" and v.label in provenance.get("tree_sizes", {}):
-            drafters[v.label].tree_size = provenance["tree_sizes"][v.label]
+    # Tree sizes: named (tN, then --tree-size), else the hardware-aware size on this run's first profile; kept
+    # in the provenance so that a resumed run uses the same trees.
+    sizes = provenance.setdefault("tree_sizes", {})
+    for v in resolved:
+        if v.method != "medusa":
+            continue
+        if v.label not in sizes:
+            if v.tree_size or config.tree_size:
+                sizes[v.label] = {"size": v.tree_size or config.tree_size, "reason": "named"}
+            else:
+                p, d = profiles[v.dtype], drafters[v.label]
+                size, curve = hardware_tree_size(d.config.rank_probs, d.config.num_heads, p.l_fp, p.n_max - 1)
+                sizes[v.label] = {"size": size, "reason": f"hardware-aware: maximises τ(n)/L_fp(n+1) on the {v.dtype} "
+                                                          f"profile (τ {curve[size][0]:.2f}, predicted "
+                                                          f"{curve[size][2]:.2f}x)"}
+        if drafters[v.label].tree_size != sizes[v.label]["size"]:
+            drafters[v.label] = copy.copy(drafters[v.label])  # one drafter per size, even for one passed in
+            drafters[v.label].tree_size = sizes[v.label]["size"]
+    atomic_write_text(prov_path, json.dumps(provenance, indent=1) + "\n")
 
     def policy(v: Variant):
         if v.gamma != "auto":

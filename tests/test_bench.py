@@ -227,6 +227,9 @@ def test_variant_labels_are_checked():
         Variant.parse("no-such-method:fp32", None, 4)
     with pytest.raises(ValueError, match="fixed γ"):
         Variant.parse("hf-assisted:gauto", None, 4)
+    assert Variant.parse("medusa:bf16:t24", None, 3).tree_size == 24
+    with pytest.raises(ValueError, match="token-tree drafters"):
+        Variant.parse("speculative:t8", None, 4)
 
 
 def test_target_corpus_is_what_the_target_generates(pair):

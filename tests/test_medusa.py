@@ -10,6 +10,7 @@ from specrepro.autoregressive import autoregressive_generate
 from specrepro.config import DecodeConfig, SamplingConfig
 from specrepro.distill import Example
 from specrepro.drafters.medusa import (MedusaConfig, MedusaDrafter, MedusaHeads, hardware_tree_size, head_logits,
+                                       random_paths,
                                        load_heads, paths_to_parents, save_heads, sparse_tree)
 from specrepro.models import tiny_model
 from specrepro.speculative import speculative_generate
@@ -160,3 +161,16 @@ def test_medusa_in_the_bench_predicts_from_tree_sizes(tmp_path):
     records = [r for r in result.records if r["method"] == "medusa"]
     assert all(max(r["tree_sizes"]) <= 6 for r in records)
     assert row["predicted_speedup"] == pytest.approx(predicted_for_trees(records, profile, profile.l_fp(1)))
+
+
+def test_random_trees_are_prefix_closed_and_usable(tiny_pair_64):
+    rng = np.random.default_rng(0)
+    for size in (1, 5, 20):
+        paths = random_paths(4, 3, size, rng)
+        assert len(set(paths)) == size and all(len(p) <= 3 and max(p) < 4 for p in paths)
+        paths_to_parents(paths)  # raises unless prefix-closed with parents first
+    target, _ = tiny_pair_64
+    d = drafter(target)
+    d.paths = random_paths(4, 3, 10, rng)
+    ar = autoregressive_generate(target, [1, 2, 3], DecodeConfig(method="ar", max_new_tokens=20))
+    assert speculative_generate(target, d, [1, 2, 3], DecodeConfig(max_new_tokens=20, gamma=3)).token_ids == ar.token_ids

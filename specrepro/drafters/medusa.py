@@ -92,6 +92,19 @@ def sparse_tree(rank_probs, size: int, depth: int) -> tuple[tuple[int, ...], ...
     return optimal_candidate_tree(probs, min(size, sum(k ** d for d in range(1, depth + 1))), depth)
 
 
+def random_paths(k_max: int, depth: int, size: int, rng: np.random.Generator) -> tuple[tuple[int, ...], ...]:
+    """A random prefix-closed tree of ``size`` rank paths (PPD Fig. 8(a)'s "random tree" baseline): each new
+    node is a child, at a random unused rank, of a random node that still has room (or of the root)."""
+    paths: list[tuple[int, ...]] = []
+    while len(paths) < size:
+        parents = [()] + [p for p in paths if len(p) < depth]
+        parent = parents[rng.integers(len(parents))]
+        free = [r for r in range(k_max) if parent + (r,) not in paths]
+        if free:
+            paths.append(parent + (int(rng.choice(free)),))
+    return tuple(paths)
+
+
 def paths_to_parents(paths: tuple[tuple[int, ...], ...]) -> torch.Tensor:
     """parents [N] of a prefix-closed list of rank paths (each path's prefix comes before it)."""
     index = {p: i for i, p in enumerate(paths)}
@@ -124,12 +137,14 @@ class MedusaDrafter(Drafter):
     name = "medusa"
     needs_hidden = True
 
-    def __init__(self, heads: MedusaHeads, config: MedusaConfig, lm_head: torch.nn.Module, tree_size: int = 16):
+    def __init__(self, heads: MedusaHeads, config: MedusaConfig, lm_head: torch.nn.Module, tree_size: int = 16,
+                 paths: tuple[tuple[int, ...], ...] | None = None):
         if tree_size < 1:
             raise ValueError(f"tree size must be >= 1, got {tree_size}")
         if not config.rank_probs:
             raise ValueError("these Medusa heads carry no measured accuracies (rank_probs) to build a tree from")
         self.heads, self.config, self.lm_head, self.tree_size = heads, config, lm_head, tree_size
+        self.paths = paths  # a fixed tree of rank paths (e.g. random_paths); None: the sparse tree of tree_size
         self.k_max = len(config.rank_probs[0])
         self._trees: dict[tuple[int, int], tuple[torch.Tensor, torch.Tensor, torch.Tensor]] = {}
         self.reset()
@@ -141,7 +156,8 @@ class MedusaDrafter(Drafter):
         """(head index [N], rank [N], parents [N]) of the sparse tree of depth <= ``depth`` (cached)."""
         key = (depth, self.tree_size)
         if key not in self._trees:
-            paths = sparse_tree(self.config.rank_probs, self.tree_size, depth)
+            paths = (sparse_tree(self.config.rank_probs, self.tree_size, depth) if self.paths is None
+                     else tuple(p for p in self.paths if len(p) <= depth))
             self._trees[key] = (torch.tensor([len(p) - 1 for p in paths]), torch.tensor([p[-1] for p in paths]),
                                 paths_to_parents(paths))
         return self._trees[key]

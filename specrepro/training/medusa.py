@@ -42,7 +42,7 @@ class MedusaTrainConfig:
     task_shards: int = 4  # task-style shards on top
     gen_batch: int = 64  # conversations per shard
     max_len: int = 320  # positions per conversation kept
-    steps: int = 800
+    steps: int = 2000
     batch_positions: int = 256  # hidden states per step
     lr: float = 2e-3
     warmup: int = 20
