@@ -367,7 +367,8 @@ def _measure_profiles(models: _Models, dtypes: Sequence[str], context: list[int]
     profiles = {}
     for dtype in dtypes:
         target, draft = models.at(dtype)
-        key = ProfileKey.here(model_device(target.model), config.target, config.draft if draft else None, dtype)
+        key = ProfileKey.here(model_device(target.model), config.target, config.draft if draft else None, dtype,
+                              context_tokens=len(context), repeats=config.cost_repeats)
         profiles[dtype] = measure(target.model, draft.model if draft else None, context, key,
                                   ns=range(1, n_max + 1), repeats=config.cost_repeats, warmup=2)
     return profiles

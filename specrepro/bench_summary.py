@@ -119,7 +119,9 @@ def summarize(records: list[dict], variants: list, greedy: bool, profiles: dict[
         calls = [r["target_calls"] for r in rs]
         kind, ours = method_kind(v.method), not v.method.startswith("hf-")
         profile = profiles.get(v.dtype)
-        alpha = pooled_alpha(rs)
+        # Token trees (Medusa): α and β(γ+1) are chain quantities, so their cells stay empty.
+        tree = ours and any(r.get("tree_sizes", r["proposed_lengths"]) != r["proposed_lengths"] for r in rs)
+        alpha = None if tree else pooled_alpha(rs)
         c = None if kind == "plain" else (0.0 if kind == "model-free" else (profile.c if profile else None))
         proposed = [g for r in rs for g in r.get("proposed_lengths", [])]
         gamma_nominal = v.gamma if v.gamma != "auto" else (round(statistics.mean(proposed)) if proposed else None)
@@ -128,7 +130,7 @@ def summarize(records: list[dict], variants: list, greedy: bool, profiles: dict[
             base_decode = profiles[by_label[baseline].dtype].decode_s
             if kind == "plain":
                 predicted = base_decode / profile.decode_s  # no drafting: only the dtype differs
-            elif ours and any(r.get("tree_sizes", r["proposed_lengths"]) != r["proposed_lengths"] for r in rs):
+            elif tree:
                 predicted = predicted_for_trees(rs, profile, base_decode)
             elif ours and c is not None:
                 plain = sum(r["target_calls"] - len(r["proposed_lengths"]) for r in rs)
@@ -140,7 +142,7 @@ def summarize(records: list[dict], variants: list, greedy: bool, profiles: dict[
             "tokens_per_call": tokens / sum(calls) if rs and all(calls) else None,
             "mean_proposed": (sum(proposed) / sum(calls) if rs and ours and kind != "plain" and all(calls) else None),
             "c": c, "beta": (profile.beta(gamma_nominal + 1) if profile and kind != "plain" and gamma_nominal
-                             and gamma_nominal + 1 <= profile.n_max else None),
+                             and not tree and gamma_nominal + 1 <= profile.n_max else None),
             "predicted_speedup": predicted, "efficiency": None,
             "identical_to_ar": (_identical(rs, by_key, reference_label(v, variants, "ar"))
                                 if greedy and v.method != "ar" else None),

@@ -56,8 +56,19 @@ def test_profile_round_trips_and_reads_its_numbers(tmp_path, measured):
 
 def test_cache_key_separates_threads_dtype_and_device():
     names = {key().filename(), key(threads=2).filename(), key(dtype="bf16").filename(),
-             key(device="cpu:test:avx512f+avx512_bf16").filename(), key(draft=None).filename()}
-    assert len(names) == 5
+             key(device="cpu:test:avx512f+avx512_bf16").filename(), key(draft=None).filename(),
+             key(weights="retrained").filename(), key(context_tokens=1024).filename(), key(repeats=20).filename()}
+    assert len(names) == 8
+
+
+def test_weights_digest_follows_the_files(tmp_path):
+    folder = tmp_path / "model"
+    folder.mkdir()
+    (folder / "model.safetensors").write_bytes(b"a" * 1000)
+    first = prof.weights_digest(str(folder))
+    (folder / "model.safetensors").write_bytes(b"b" * 1000)  # retrained under the same name
+    assert prof.weights_digest(str(folder)) != first
+    assert prof.weights_digest("some/hub-id") == prof.weights_digest("some/hub-id")
 
 
 def test_get_profile_reuses_only_a_profile_of_the_same_key(tmp_path, monkeypatch):
@@ -78,8 +89,10 @@ def test_get_profile_reuses_only_a_profile_of_the_same_key(tmp_path, monkeypatch
     prof.get_profile("tiny", None, "fp32", device="cpu", threads=1, repeats=1, recalibrate=True,
                      log=open("/dev/null", "w"))
     assert len(calls) == 4
+    prof.get_profile("tiny", None, "fp32", device="cpu", threads=1, repeats=2, log=open("/dev/null", "w"))
+    assert len(calls) == 5  # more repeats asked: a new measurement, not the cached one
     files = sorted(p.name for p in (tmp_path / "profiles").iterdir())
-    assert len(files) == 3 and not any(f.startswith(".") for f in files)  # no temporary file left behind
+    assert len(files) == 4 and not any(f.startswith(".") for f in files)  # no temporary file left behind
 
 
 def test_interrupted_calibration_leaves_no_profile(tmp_path, monkeypatch):

@@ -23,11 +23,16 @@ from .base import Drafter, Proposal, StepFeedback
 def _chain(lm: CachedModel, prefix: list[int], first: int | None, length: int, sampling: SamplingConfig,
            uniforms: torch.Tensor) -> tuple[list[int], list[torch.Tensor]]:
     """``length`` tokens after ``prefix``, each drawn from the draft's warped q with one uniform (or forced to
-    ``first`` at the first position); returns the tokens and the q rows [V] they were drawn from."""
+    ``first`` at the first position); returns the tokens and the q rows [V] they were drawn from (none for a
+    forced first token)."""
     seq, tokens, rows = list(prefix), [], []
     for i in range(length):
+        if i == 0 and first is not None:  # forced: no draft forward needed (its q is one-hot, given by the caller)
+            tokens.append(first)
+            seq.append(first)
+            continue
         q_i = warp(lm.logits_for(seq)[-1], sampling)  # [V]; the cache keeps the common prefix
-        x_i = first if (i == 0 and first is not None) else sample(q_i, uniforms[i])
+        x_i = sample(q_i, uniforms[i])
         tokens.append(x_i)
         rows.append(q_i)
         seq.append(x_i)
@@ -91,4 +96,4 @@ class TopKTreeDrafter(_LMTreeDrafter):
         no_uniforms = torch.zeros(gamma, dtype=torch.float64)
         chains = [_chain(self.lm, ids, x, gamma, greedy, no_uniforms)[0] for x in first]
         return Proposal(tokens=torch.tensor(sum(chains, [])), probs=None,  # one-hot q: deterministic candidates
-                        calls=1 + self.k * gamma, parents=_chains_to_tree(chains))
+                        calls=1 + self.k * (gamma - 1), parents=_chains_to_tree(chains))

@@ -95,6 +95,9 @@ def sparse_tree(rank_probs, size: int, depth: int) -> tuple[tuple[int, ...], ...
 def random_paths(k_max: int, depth: int, size: int, rng: np.random.Generator) -> tuple[tuple[int, ...], ...]:
     """A random prefix-closed tree of ``size`` rank paths (PPD Fig. 8(a)'s "random tree" baseline): each new
     node is a child, at a random unused rank, of a random node that still has room (or of the root)."""
+    if not 0 <= size <= sum(k_max ** d for d in range(1, depth + 1)):
+        raise ValueError(f"a tree of depth {depth} with {k_max} ranks has at most "
+                         f"{sum(k_max ** d for d in range(1, depth + 1))} nodes, asked for {size}")
     paths: list[tuple[int, ...]] = []
     while len(paths) < size:
         parents = [()] + [p for p in paths if len(p) < depth]
@@ -150,7 +153,7 @@ class MedusaDrafter(Drafter):
         self.reset()
 
     def reset(self) -> None:
-        self.guesses: torch.Tensor | None = None  # [K, k_max] token ids, best first
+        self.hidden: torch.Tensor | None = None  # [H] the target's state that drew the newest committed token
 
     def tree(self, depth: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """(head index [N], rank [N], parents [N]) of the sparse tree of depth <= ``depth`` (cached)."""
@@ -164,14 +167,15 @@ class MedusaDrafter(Drafter):
 
     def propose(self, ids: list[int], gamma: int, sampling: SamplingConfig,
                 generator: torch.Generator) -> Proposal:
-        if self.guesses is None:
+        if self.hidden is None:
             return Proposal.empty()
+        # The heads run here, so the loop times them as drafting (three rows through the LM head).
+        with torch.inference_mode():
+            guesses = head_logits(self.heads, self.lm_head, self.hidden).topk(self.k_max, dim=-1).indices  # [K, k]
         head, rank, parents = self.tree(min(gamma, self.config.num_heads))
-        tokens = self.guesses[head, rank]  # [N]
+        tokens = guesses[head, rank]  # [N]
         return Proposal(tokens=tokens.cpu(), probs=None, calls=0, parents=parents)
 
     def feedback(self, step: StepFeedback) -> None:
         row = step.path[-1] + 1 if step.path else 0  # the hidden state that drew the committed next token
-        with torch.inference_mode():
-            logits = head_logits(self.heads, self.lm_head, step.hidden[row])  # [K, V]
-            self.guesses = logits.topk(self.k_max, dim=-1).indices  # [K, k_max]
+        self.hidden = step.hidden[row]  # [H]

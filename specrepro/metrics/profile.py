@@ -13,8 +13,9 @@ the dtype, the thread count and the torch / transformers versions: a changed key
 The profile is what ``--dtype auto`` and ``--gamma auto`` decide with (:func:`choose_dtype`,
 ``specrepro.adaptive``), and what the bench predicts speedups from.
 
-Why it exists: on a Xeon without bf16 instructions a 5-token bf16 verify costs β ≈ 2.3 and fp32 wins; on one
-with avx512_bf16, bf16 gives β ≈ 1.35 and wins. The right dtype is measured, not assumed.
+Why it exists: on a Xeon without bf16 instructions a 5-token bf16 verify cost β ≈ 2.3 and fp32 won for
+speculation; on one with avx512_bf16 and AMX, bf16 verifies 5 tokens for β ≈ 1.1 while fp32 has the faster
+one-token step. The right dtype depends on the CPU and the method: it is measured, not assumed.
 """
 from __future__ import annotations
 
@@ -93,6 +94,30 @@ def dtype_name(dtype: torch.dtype | str) -> str:
 # ---------------------------------------------------------------------------------------------- key
 
 
+def weights_digest(*names: str | None) -> str:
+    """A cheap content digest of the weight files behind model names (zoo names or folders): size and the first
+    and last MiB of every ``*.safetensors`` file; a name with no local files (a hub id) counts as its name."""
+    from ..models import ZOO, zoo_path
+    h = hashlib.sha256()
+    for name in names:
+        if name is None:
+            continue
+        h.update(name.encode())
+        base = name.split(":", 1)[0] if name.startswith("layers:") else name
+        folder = None
+        if base in ZOO:
+            folder = (Path(__file__).parents[1] / ZOO[base].folder) if ZOO[base].folder else zoo_path(base)
+        elif Path(base).expanduser().is_dir():
+            folder = Path(base).expanduser()
+        for f in sorted(folder.glob("*.safetensors")) if folder is not None and folder.is_dir() else []:
+            size = f.stat().st_size
+            with open(f, "rb") as handle:
+                head = handle.read(2**20)
+                handle.seek(max(0, size - 2**20))
+                h.update(f"{f.name}:{size}".encode() + head + handle.read(2**20))
+    return h.hexdigest()[:16]
+
+
 @dataclass(frozen=True)
 class ProfileKey:
     """What a profile is valid for; a profile measured under another key is never reused."""
@@ -104,14 +129,18 @@ class ProfileKey:
     threads: int  # torch.get_num_threads() during the measurement
     torch: str
     transformers: str
+    weights: str = ""  # digest of the pair's weight files (a model retrained under the same name is a new key)
+    context_tokens: int = 256  # the cached prefix every timed forward follows
+    repeats: int = 5  # timed rounds per median
 
     @classmethod
     def here(cls, device: torch.device, target: str, draft: str | None, dtype: str,
-             threads: int | None = None) -> "ProfileKey":
+             threads: int | None = None, context_tokens: int = 256, repeats: int = 5) -> "ProfileKey":
         import transformers
         return cls(device=device_key(device), target=target, draft=draft, dtype=dtype_name(dtype),
                    threads=threads or torch.get_num_threads(), torch=torch.__version__,
-                   transformers=transformers.__version__)
+                   transformers=transformers.__version__, weights=weights_digest(target, draft),
+                   context_tokens=context_tokens, repeats=repeats)
 
     def filename(self) -> str:
         """A readable, unique file name: the pair, dtype and threads, then a hash of the whole key."""
@@ -327,7 +356,7 @@ def get_profile(target: str, draft: str | None, dtype: str, device: str | torch.
     device = torch.device(device) if device is not None else default_device()
     if threads is not None:
         torch.set_num_threads(threads)
-    key = ProfileKey.here(device, target, draft, dtype, threads)
+    key = ProfileKey.here(device, target, draft, dtype, threads, context_tokens, repeats)
     path = profiles_dir() / key.filename()
     if path.exists() and not recalibrate:
         profile = load_profile(path, key)
