@@ -49,8 +49,8 @@ def speculative_generate(target: torch.nn.Module, drafter: Drafter, prompt_ids: 
     start = clock.now()
     stop = None
     while stop is None:
-        # 1. Propose: γ from the policy (α so far), never more than the budget left after the target's token.
-        gamma = min(gamma_policy.choose(sum(rec.accept_lengths), rec.tested), config.max_new_tokens - len(out) - 1)
+        # 1. Propose: γ from the policy (acceptances so far), never more than the budget left after the target's token.
+        gamma = min(gamma_policy.choose(rec.accept_lengths, rec.proposed_lengths), config.max_new_tokens - len(out) - 1)
         rec.gammas.append(gamma)
         t0 = clock.now()
         proposal = drafter.propose(ids, gamma, config.sampling, generator) if gamma > 0 else Proposal.empty()

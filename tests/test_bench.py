@@ -214,7 +214,7 @@ def test_variants_run_side_by_side_at_their_own_dtype_and_gamma(tmp_path, pair, 
     assert set(result.provenance["sessions"][0]["profiles"]) == {"bf16", "fp32"}
     recs = [r for r in load_records(tmp_path) if r["method"] == "prompt-lookup:gauto"]
     assert all(len(r["gammas"]) == r["target_calls"] and all(g >= 0 for g in r["gammas"]) for r in recs)
-    assert recs[0]["provenance"]["gamma_policy"]["policy"] == "adaptive"
+    assert recs[0]["provenance"]["gamma_policy"]["policy"].startswith("adaptive")
     assert all(r["base_method"] == "prompt-lookup" for r in recs)
 
 
