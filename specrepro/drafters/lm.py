@@ -9,6 +9,25 @@ from ..warping import sample, warp
 from .base import Drafter, Proposal, StepFeedback
 
 
+def sample_chain(lm: CachedModel, prefix: list[int], length: int, sampling: SamplingConfig,
+                 uniforms: torch.Tensor, first: int | None = None) -> tuple[list[int], list[torch.Tensor]]:
+    """``length`` tokens after ``prefix``, each drawn from the draft's warped q with one uniform (uniforms
+    [length]); ``first``, when given, is forced at the first position and costs no draft forward. Returns the
+    tokens and the q rows [V] they were drawn from (none for a forced first token)."""
+    seq, tokens, rows = list(prefix), [], []
+    for i in range(length):
+        if i == 0 and first is not None:  # forced: its q is one-hot, given by the caller
+            x_i = first
+        else:
+            # The cache keeps the common prefix with `seq`; only new positions are run (1 after the first).
+            q_i = warp(lm.logits_for(seq)[-1], sampling)  # [V]
+            x_i = sample(q_i, uniforms[i])
+            rows.append(q_i)
+        tokens.append(x_i)
+        seq.append(x_i)
+    return tokens, rows
+
+
 class LMDrafter(Drafter):
     name = "lm"
 
@@ -17,16 +36,8 @@ class LMDrafter(Drafter):
 
     def propose(self, ids: list[int], gamma: int, sampling: SamplingConfig,
                 generator: torch.Generator) -> Proposal:
-        seq = list(ids)
-        tokens, probs = [], []
         uniforms = torch.rand(gamma, generator=generator, dtype=torch.float64)  # [γ]
-        for i in range(gamma):
-            # The cache keeps the common prefix with `seq`; only new positions are run (1 after the first).
-            q_i = warp(self.lm.logits_for(seq)[-1], sampling)  # [V]
-            x_i = sample(q_i, uniforms[i])
-            tokens.append(x_i)
-            probs.append(q_i)
-            seq.append(x_i)
+        tokens, probs = sample_chain(self.lm, ids, gamma, sampling, uniforms)
         return Proposal(tokens=torch.tensor(tokens), probs=torch.stack(probs), calls=gamma)
 
     def feedback(self, step: StepFeedback) -> None:

@@ -15,28 +15,8 @@ from __future__ import annotations
 import torch
 
 from ..config import SamplingConfig
-from ..kvcache import CachedModel, common_prefix
-from ..warping import sample, warp
-from .base import Drafter, Proposal, StepFeedback
-
-
-def _chain(lm: CachedModel, prefix: list[int], first: int | None, length: int, sampling: SamplingConfig,
-           uniforms: torch.Tensor) -> tuple[list[int], list[torch.Tensor]]:
-    """``length`` tokens after ``prefix``, each drawn from the draft's warped q with one uniform (or forced to
-    ``first`` at the first position); returns the tokens and the q rows [V] they were drawn from (none for a
-    forced first token)."""
-    seq, tokens, rows = list(prefix), [], []
-    for i in range(length):
-        if i == 0 and first is not None:  # forced: no draft forward needed (its q is one-hot, given by the caller)
-            tokens.append(first)
-            seq.append(first)
-            continue
-        q_i = warp(lm.logits_for(seq)[-1], sampling)  # [V]; the cache keeps the common prefix
-        x_i = sample(q_i, uniforms[i])
-        tokens.append(x_i)
-        rows.append(q_i)
-        seq.append(x_i)
-    return tokens, rows
+from .base import Proposal
+from .lm import LMDrafter, sample_chain
 
 
 def _chains_to_tree(chains: list[list[int]]) -> torch.Tensor:
@@ -48,18 +28,7 @@ def _chains_to_tree(chains: list[list[int]]) -> torch.Tensor:
     return torch.tensor(parents, dtype=torch.long)
 
 
-class _LMTreeDrafter(Drafter):
-    def __init__(self, model: torch.nn.Module):
-        self.lm = CachedModel(model)
-
-    def feedback(self, step: StepFeedback) -> None:
-        self.lm.rollback(common_prefix(self.lm.ids, step.ids))
-
-    def reset(self) -> None:
-        self.lm.reset()
-
-
-class MultiDraftDrafter(_LMTreeDrafter):
+class MultiDraftDrafter(LMDrafter):  # LMDrafter's draft cache, feedback and reset; a tree-shaped proposal
     name = "multi-draft"
 
     def __init__(self, model: torch.nn.Module, num_drafts: int = 2):
@@ -73,14 +42,14 @@ class MultiDraftDrafter(_LMTreeDrafter):
         uniforms = torch.rand(self.num_drafts, gamma, generator=generator, dtype=torch.float64)  # [m, γ]
         chains, rows = [], []
         for j in range(self.num_drafts):
-            tokens, q = _chain(self.lm, ids, None, gamma, sampling, uniforms[j])
+            tokens, q = sample_chain(self.lm, ids, gamma, sampling, uniforms[j])
             chains.append(tokens)
             rows += q
         return Proposal(tokens=torch.tensor(sum(chains, [])), probs=torch.stack(rows),  # [m·γ], [m·γ, V]
                         calls=self.num_drafts * gamma, parents=_chains_to_tree(chains))
 
 
-class TopKTreeDrafter(_LMTreeDrafter):
+class TopKTreeDrafter(LMDrafter):
     name = "top-k-tree"
 
     def __init__(self, model: torch.nn.Module, k: int = 2):
@@ -94,6 +63,6 @@ class TopKTreeDrafter(_LMTreeDrafter):
         first = self.lm.logits_for(ids)[-1].float().topk(self.k).indices.tolist()  # k distinct root candidates
         greedy = SamplingConfig(temperature=0.0)  # each continued by the draft's argmax: deterministic nodes
         no_uniforms = torch.zeros(gamma, dtype=torch.float64)
-        chains = [_chain(self.lm, ids, x, gamma, greedy, no_uniforms)[0] for x in first]
+        chains = [sample_chain(self.lm, ids, gamma, greedy, no_uniforms, first=x)[0] for x in first]
         return Proposal(tokens=torch.tensor(sum(chains, [])), probs=None,  # one-hot q: deterministic candidates
                         calls=1 + self.k * (gamma - 1), parents=_chains_to_tree(chains))
