@@ -76,17 +76,13 @@ def medusa_tree_size(args: argparse.Namespace, dtype: str, config: DecodeConfig)
     """The hardware-aware tree size: the n maximising τ(n) / L_fp(n+1) on this device's profile."""
     import dataclasses
 
-    from .drafters.medusa import hardware_tree_size, load_heads
+    from .drafters.medusa import choose_tree_size, load_heads
     from .metrics.profile import get_profile
     from .models import medusa_heads_folder
 
     _, heads_config = load_heads(medusa_heads_folder(args.draft, args.target))
     profile = get_profile(args.target, None, dtype, device=args.device, threads=args.threads)
-    depth = min(heads_config.num_heads, config.gamma if isinstance(config.gamma, int) else heads_config.num_heads)
-    size, curve = hardware_tree_size(heads_config.rank_probs, depth, profile.l_fp, profile.n_max - 1)
-    tau, latency, speedup = curve[size]
-    why = (f"tree size {size} maximises τ(n)/L_fp(n+1) on the {dtype} profile: τ {tau:.2f}, "
-           f"L_fp {1e3 * latency:.1f} ms, predicted speedup {speedup:.2f}")
+    size, why = choose_tree_size(heads_config, profile, config.gamma)
     return dataclasses.replace(config, tree_size=size), why
 
 

@@ -53,12 +53,12 @@ from .bench_summary import (SUMMARY_COLUMNS, format_summary, mismatches, pooled_
 from .config import DecodeConfig, SamplingConfig
 from .decoding import eos_ids, model_device
 from .drafters import Drafter
-from .drafters.medusa import hardware_tree_size
+from .drafters.medusa import choose_tree_size
 from .generate import METHODS, REGISTRY, drafter_for, encode_prompt, generate_ids, method_kind
 from .hf_baselines import HF_METHODS, assisted_unsupported, hf_generate
 from .metrics.profile import (DEFAULT_ALPHA_PRIOR, Profile, ProfileKey, candidate_dtypes, choose_dtype, cpu_info,
                               dtype_name, measure)
-from .models import LoadedModel, draft_alpha_prior, load_draft, load_model, parse_dtype
+from .models import LoadedModel, default_device, draft_alpha_prior, load_draft, load_model, parse_dtype
 from .prompts import load_prompts_file, load_suite
 from .provenance import atomic_write_text, git_revision
 
@@ -228,13 +228,8 @@ def record_key(record: dict) -> tuple[str, str, int]:
 def _device_name(device: torch.device) -> str:
     if device.type == "cuda":
         return torch.cuda.get_device_name(device)
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return f"cpu: {line.split(':', 1)[1].strip()} ({os.cpu_count()} logical cores)"
-    except OSError:
-        pass
-    return f"cpu: {platform.processor() or platform.machine()} ({os.cpu_count()} logical cores)"
+    info = cpu_info()
+    return f"cpu: {info['name']} ({info['logical_cores']} logical cores)"
 
 
 def _session_info(config: BenchConfig, device: torch.device) -> dict:
@@ -311,7 +306,7 @@ class _Models:
         else:
             device = torch.device(config.device) if config.device else None
             concrete = config.dtype if config.dtype not in (None, "auto") else None
-            reference = (dtype_name(parse_dtype(concrete, device or _default_device())) if config.dtype != "auto"
+            reference = (dtype_name(parse_dtype(concrete, device or default_device())) if config.dtype != "auto"
                          else "fp32")
             target = load_model(config.target, dtype=reference, device=config.device)
             if needs_draft and draft is None:
@@ -346,11 +341,6 @@ class _Models:
     @property
     def draft(self) -> LoadedModel | None:
         return self.by_dtype[self.reference][1]
-
-
-def _default_device() -> torch.device:
-    from .models import default_device
-    return default_device()
 
 
 def _n_max(variants: list, config: BenchConfig) -> int:
@@ -499,11 +489,8 @@ def run_bench(config: BenchConfig, out: str | Path, *, target: LoadedModel | Non
             if v.tree_size or config.tree_size:
                 sizes[v.label] = {"size": v.tree_size or config.tree_size, "reason": "named"}
             else:
-                p, d = profiles[v.dtype], drafters[v.label]
-                size, curve = hardware_tree_size(d.config.rank_probs, d.config.num_heads, p.l_fp, p.n_max - 1)
-                sizes[v.label] = {"size": size, "reason": f"hardware-aware: maximises τ(n)/L_fp(n+1) on the {v.dtype} "
-                                                          f"profile (τ {curve[size][0]:.2f}, predicted "
-                                                          f"{curve[size][2]:.2f}x)"}
+                size, why = choose_tree_size(drafters[v.label].config, profiles[v.dtype], v.gamma)
+                sizes[v.label] = {"size": size, "reason": why}
         if drafters[v.label].tree_size != sizes[v.label]["size"]:
             drafters[v.label] = copy.copy(drafters[v.label])  # one drafter per size, even for one passed in
             drafters[v.label].tree_size = sizes[v.label]["size"]

@@ -83,21 +83,25 @@ def load_heads(folder: str | Path, dtype: torch.dtype = torch.float32,
     return heads.to(device=device, dtype=dtype).eval().requires_grad_(False), config
 
 
+def max_nodes(k_max: int, depth: int) -> int:
+    """How many rank paths of depth <= ``depth`` exist with ``k_max`` ranks per head."""
+    return sum(k_max ** d for d in range(1, depth + 1))
+
+
 def sparse_tree(rank_probs, size: int, depth: int) -> tuple[tuple[int, ...], ...]:
     """The ``size`` most probable rank paths of depth <= ``depth`` (prefix-closed, parents first); all of them
     when fewer exist."""
     from simulations.ppd import optimal_candidate_tree
     probs = np.asarray(rank_probs, dtype=np.float64)[:depth]
-    k = probs.shape[1]
-    return optimal_candidate_tree(probs, min(size, sum(k ** d for d in range(1, depth + 1))), depth)
+    return optimal_candidate_tree(probs, min(size, max_nodes(probs.shape[1], depth)), depth)
 
 
 def random_paths(k_max: int, depth: int, size: int, rng: np.random.Generator) -> tuple[tuple[int, ...], ...]:
     """A random prefix-closed tree of ``size`` rank paths (PPD Fig. 8(a)'s "random tree" baseline): each new
     node is a child, at a random unused rank, of a random node that still has room (or of the root)."""
-    if not 0 <= size <= sum(k_max ** d for d in range(1, depth + 1)):
-        raise ValueError(f"a tree of depth {depth} with {k_max} ranks has at most "
-                         f"{sum(k_max ** d for d in range(1, depth + 1))} nodes, asked for {size}")
+    if not 0 <= size <= max_nodes(k_max, depth):
+        raise ValueError(f"a tree of depth {depth} with {k_max} ranks has at most {max_nodes(k_max, depth)} nodes, "
+                         f"asked for {size}")
     paths: list[tuple[int, ...]] = []
     while len(paths) < size:
         parents = [()] + [p for p in paths if len(p) < depth]
@@ -129,6 +133,16 @@ def hardware_tree_size(rank_probs, depth: int, l_fp, n_max: int = 63) -> tuple[i
         tau = 1.0 + expected_tokens(sparse_tree(rank_probs, n, depth), np.asarray(rank_probs)[:depth])
         curve[n] = (tau, l_fp(n + 1), tau * l_fp(1) / l_fp(n + 1))
     return max(curve, key=lambda n: curve[n][2]), curve
+
+
+def choose_tree_size(config: MedusaConfig, profile, gamma: int | str) -> tuple[int, str]:
+    """The hardware-aware tree size for heads drafting min(γ, K) tokens deep on a device profile
+    (``metrics.profile.Profile``), and why, in one sentence for the records."""
+    depth = min(config.num_heads, gamma) if isinstance(gamma, int) else config.num_heads
+    size, curve = hardware_tree_size(config.rank_probs, depth, profile.l_fp, profile.n_max - 1)
+    tau, latency, speedup = curve[size]
+    return size, (f"hardware-aware: tree size {size} maximises τ(n)/L_fp(n+1) on the {profile.key.dtype} profile "
+                  f"(τ {tau:.2f}, L_fp {1e3 * latency:.1f} ms, predicted {speedup:.2f}x)")
 
 
 class MedusaDrafter(Drafter):

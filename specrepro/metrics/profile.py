@@ -32,6 +32,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Sequence
 
+import numpy as np
 import torch
 
 from simulations.speculative import BetaCurve, expected_tokens
@@ -197,11 +198,7 @@ class Profile:
         """Seconds of one target forward over n new tokens (linear between measured sizes)."""
         if not 1 <= n <= self.n_max:
             raise ValueError(f"n = {n} is outside this profile's measured range 1..{self.n_max}")
-        ns = [m for m, _ in self.forward]
-        for (a, la), (b, lb) in zip(self.forward, self.forward[1:]):
-            if a <= n <= b:
-                return la.median_s + (lb.median_s - la.median_s) * (n - a) / (b - a)
-        return self.forward[ns.index(n)][1].median_s  # n == 1 on a one-point grid
+        return float(np.interp(n, [m for m, _ in self.forward], [lat.median_s for _, lat in self.forward]))
 
     def beta(self, n: int) -> float:
         """β(n) = L_fp(n) / L_fp(1)."""
