@@ -18,7 +18,7 @@ def add_decode_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--gamma", type=gamma_arg, default=4,
                    help="draft tokens per step, or auto: chosen each step from the device profile and α so far")
     p.add_argument("--tree-size", type=int, default=None,
-                   help="nodes of the draft tree for tree methods (medusa; default: the drafter's)")
+                   help="nodes of the draft tree for tree methods (medusa, ppd; default: the hardware-aware size)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--dtype", default="auto",
                    help="auto (default: the fastest for the method per the device profile), bf16, fp16 or fp32")
@@ -72,23 +72,22 @@ def plan_dtype_and_gamma(method: str, args: argparse.Namespace):
     return dtype, {"dtype_reason": why, "cpu_kernel_flags": cpu_info()["kernel_flags"]}, policy
 
 
-def medusa_tree_size(args: argparse.Namespace, dtype: str, config: DecodeConfig) -> tuple[DecodeConfig, str]:
-    """The hardware-aware tree size: the n maximising τ(n) / L_fp(n+1) on this device's profile."""
+def hardware_tree_size(args: argparse.Namespace, dtype: str, drafter, config: DecodeConfig):
+    """A token-tree drafter resized to the hardware-aware tree size on this device's profile (the registry's
+    chooser: Medusa maximises τ(n)/L_fp(n+1), PPD τ(n)/E[L_fp] over its tree states), and why."""
     import dataclasses
 
-    from .drafters.medusa import choose_tree_size, load_heads
+    from .generate import REGISTRY
     from .metrics.profile import get_profile
-    from .models import medusa_heads_folder
 
-    _, heads_config = load_heads(medusa_heads_folder(args.draft, args.target))
     profile = get_profile(args.target, None, dtype, device=args.device, threads=args.threads)
-    size, why = choose_tree_size(heads_config, profile, config.gamma)
-    return dataclasses.replace(config, tree_size=size), why
+    size, why = REGISTRY[args.method].choose_tree_size(drafter, profile, config.gamma)
+    return drafter.resized(size), dataclasses.replace(config, tree_size=size), why
 
 
 def cmd_generate(args: argparse.Namespace) -> int:
-    from .generate import METHODS, REGISTRY, generate
-    from .models import load_draft, load_model
+    from .generate import METHODS, REGISTRY, drafter_for, generate
+    from .models import SELF_DRAFTS, load_draft, load_model
     from .prompts import load_prompts_file
 
     if args.method not in METHODS:
@@ -107,16 +106,18 @@ def cmd_generate(args: argparse.Namespace) -> int:
         raise ValueError(f"--method {args.method} needs --ngram-table FILE (an .npz written by NGramTable.save)")
 
     dtype, provenance, policy = plan_dtype_and_gamma(args.method, args)
-    if needs == "medusa heads" and args.tree_size is None:
-        config, provenance["tree_size_reason"] = medusa_tree_size(args, dtype, config)
     target = load_model(args.target, dtype=dtype, device=args.device)  # once per invocation
     draft = None
     if needs == "draft model":
         draft = load_draft(args.draft, target)
     elif needs == "n-gram table":
         draft = args.ngram_table
-    elif needs == "medusa heads":
-        draft = args.draft  # a heads folder or zoo name; None: the target's own zoo heads
+    elif needs in SELF_DRAFTS:
+        draft = args.draft  # a folder or zoo name; None: the target's own in the zoo
+    if REGISTRY[args.method].choose_tree_size is not None:
+        draft = drafter_for(draft, args.method, target, config)
+        if args.tree_size is None:
+            draft, config, provenance["tree_size_reason"] = hardware_tree_size(args, dtype, draft, config)
     for prompt_id, messages in prompts:
         rec = generate(target, messages, config, draft=draft, chat_template=not args.no_chat_template,
                        gamma_policy=policy, provenance=provenance)

@@ -53,8 +53,7 @@ from .bench_summary import (SUMMARY_COLUMNS, format_summary, mismatches, pooled_
 from .config import DecodeConfig, SamplingConfig
 from .decoding import eos_ids, model_device
 from .drafters import Drafter
-from .drafters.medusa import choose_tree_size
-from .generate import METHODS, REGISTRY, drafter_for, encode_prompt, generate_ids, method_kind
+from .generate import METHODS, REGISTRY, TREE_METHODS, drafter_for, encode_prompt, generate_ids, method_kind
 from .hf_baselines import HF_METHODS, assisted_unsupported, hf_generate
 from .metrics.profile import (DEFAULT_ALPHA_PRIOR, Profile, ProfileKey, candidate_dtypes, choose_dtype, cpu_info,
                               dtype_name, measure)
@@ -105,8 +104,8 @@ class Variant:
                                  f"gN (N >= 1), gauto or tN (tree size N >= 1)")
         if gamma == "auto" and method in HF_METHODS:
             raise ValueError(f"{label}: gamma auto is our loop's policy; transformers' baselines take a fixed γ")
-        if tree_size is not None and method != "medusa":
-            raise ValueError(f"{label}: a tree size (tN) is for token-tree drafters (medusa)")
+        if tree_size is not None and method not in TREE_METHODS:
+            raise ValueError(f"{label}: a tree size (tN) is for token-tree drafters ({', '.join(TREE_METHODS)})")
         return cls(label, method, dtype, gamma, tree_size)
 
 
@@ -125,7 +124,7 @@ class BenchConfig:
     top_p: float = 1.0
     gamma: int | str = 4  # γ for every variant that names none; "auto": chosen each step from the profile
     gamma_max: int = 16  # largest γ that gamma auto considers
-    tree_size: int | None = None  # nodes of a token-tree drafter (medusa); None: the drafter's default
+    tree_size: int | None = None  # nodes of a token-tree drafter (medusa, ppd); None: hardware-aware
     repeats: int = 1
     seed: int = 0  # base seed; repeat r uses seed + r
     dtype: str | None = None  # default dtype of the variants: None = the given models' (or the loader's), or auto
@@ -346,9 +345,9 @@ class _Models:
 def _n_max(variants: list, config: BenchConfig) -> int:
     """The largest forward a session's profile must time: γ+1 for the largest fixed γ, or γ_max+1."""
     gammas = [config.gamma_max if v.gamma == "auto" else v.gamma for v in variants if method_kind(v.method) != "plain"]
-    for v in variants:  # a tree's forward covers its nodes: the named size, or up to the profile's range
-        if v.method == "medusa":
-            gammas.append(v.tree_size or config.tree_size or 63)
+    for v in variants:  # a tree's forward covers its nodes (and PPD's prompt tokens): the profile's whole range
+        if v.method in TREE_METHODS:
+            gammas.append(63)
     return min(max(gammas, default=1) + 1, 64)
 
 
@@ -483,17 +482,16 @@ def run_bench(config: BenchConfig, out: str | Path, *, target: LoadedModel | Non
     # in the provenance so that a resumed run uses the same trees.
     sizes = provenance.setdefault("tree_sizes", {})
     for v in resolved:
-        if v.method != "medusa":
+        if v.method not in TREE_METHODS:
             continue
         if v.label not in sizes:
             if v.tree_size or config.tree_size:
                 sizes[v.label] = {"size": v.tree_size or config.tree_size, "reason": "named"}
             else:
-                size, why = choose_tree_size(drafters[v.label].config, profiles[v.dtype], v.gamma)
+                size, why = REGISTRY[v.method].choose_tree_size(drafters[v.label], profiles[v.dtype], v.gamma)
                 sizes[v.label] = {"size": size, "reason": why}
         if drafters[v.label].tree_size != sizes[v.label]["size"]:
-            drafters[v.label] = copy.copy(drafters[v.label])  # one drafter per size, even for one passed in
-            drafters[v.label].tree_size = sizes[v.label]["size"]
+            drafters[v.label] = drafters[v.label].resized(sizes[v.label]["size"])  # one drafter per size
     atomic_write_text(prov_path, json.dumps(provenance, indent=1) + "\n")
 
     def policy(v: Variant):

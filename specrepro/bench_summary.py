@@ -47,12 +47,18 @@ def predicted_from_steps(alpha: float | None, proposed: list[int], plain_steps: 
 
 
 def predicted_for_trees(records: list[dict], profile: Profile, baseline_decode_s: float) -> float | None:
-    """Token trees (Medusa): α along a chain does not describe a tree, so the prediction takes the measured
-    tokens per target call τ and charges every step the measured L_fp of its real size (the root and its n
-    nodes; a plain step L_fp(1)): speedup = tokens · L_fp,baseline(1) / Σ_steps L_fp(n_s + 1). Efficiency then
-    measures what the loop spends outside the target's forward (heads, tree bookkeeping, sampling)."""
+    """Token trees (Medusa, PPD): α along a chain does not describe a tree, so the prediction takes the measured
+    tokens per target call τ and charges every step the measured L_fp of its real input (the root, its n nodes
+    and any prompt nodes, ``input_lengths``; a plain step L_fp(1)): speedup = tokens · L_fp,baseline(1) /
+    Σ_steps L_fp(input_s). Efficiency then measures what the loop spends outside the target's forward (heads,
+    tree bookkeeping, sampling)."""
     tokens = sum(r["new_tokens"] for r in records)
-    sizes = [n for r in records for n in r.get("tree_sizes", [])]
+    if all("input_lengths" in r for r in records):
+        lengths = [n for r in records for n in r["input_lengths"]]
+        if not tokens or max(lengths, default=1) > profile.n_max:
+            return None
+        return tokens * baseline_decode_s / sum(profile.l_fp(n) for n in lengths)
+    sizes = [n for r in records for n in r.get("tree_sizes", [])]  # (records written before input_lengths)
     plain = sum(r["target_calls"] - len(r.get("tree_sizes", [])) for r in records)
     if not tokens or any(n + 1 > profile.n_max for n in sizes):
         return None
@@ -108,7 +114,7 @@ def summarize(records: list[dict], variants: list, greedy: bool, profiles: dict[
     """One row per variant (``SUMMARY_COLUMNS``); totals pooled over prompts and repeats. ``variants`` are
     resolved (each has a concrete dtype); ``profiles`` maps dtype -> that dtype's session profile;
     ``baseline`` is the label of the autoregressive variant speedups are measured against."""
-    from .generate import method_kind  # the registry lives there
+    from .generate import TREE_METHODS, method_kind  # the registry lives there
     by_key = {(r["method"], r["prompt_id"], r["repeat"]): r for r in records}
     by_label = {v.label: v for v in variants}
     rows = []
@@ -119,8 +125,9 @@ def summarize(records: list[dict], variants: list, greedy: bool, profiles: dict[
         calls = [r["target_calls"] for r in rs]
         kind, ours = method_kind(v.method), not v.method.startswith("hf-")
         profile = profiles.get(v.dtype)
-        # Token trees (Medusa): α and β(γ+1) are chain quantities, so their cells stay empty.
-        tree = ours and any(r.get("tree_sizes", r["proposed_lengths"]) != r["proposed_lengths"] for r in rs)
+        # Token trees (Medusa, PPD, multi-draft): α and β(γ+1) are chain quantities, so their cells stay empty.
+        tree = ours and (v.method in TREE_METHODS or any(r.get("tree_sizes", r["proposed_lengths"])
+                                                         != r["proposed_lengths"] for r in rs))
         alpha = None if tree else pooled_alpha(rs)
         c = None if kind == "plain" else (0.0 if kind == "model-free" else (profile.c if profile else None))
         proposed = [g for r in rs for g in r.get("proposed_lengths", [])]

@@ -20,8 +20,14 @@ from .speculative import speculative_generate
 class Method:
     """A decoding method: "ar", or the one speculative loop with a drafter built from ``draft``."""
 
-    needs: str | None  # what the ``draft`` argument must be: "draft model", "n-gram table", "medusa heads" or None
+    needs: str | None  # what ``draft`` must be: "draft model", "n-gram table", a key of models.SELF_DRAFTS, or None
     build: Callable[[Any, LoadedModel | None, DecodeConfig | None], Drafter] | None  # (draft, target, config)
+    # How it spends time, for the device profile's choices: "plain" (one target call per token), "draft model"
+    # (a draft model runs, c > 0), "model-free" (drafts cost nothing), "self-drafting" (the target's own
+    # forward drafts: Medusa heads, PPD prompt tokens; a token tree whose size the device decides)
+    kind: str = "model-free"
+    # (drafter, device profile, γ) -> (hardware-aware tree size, why) for token-tree drafters; None otherwise
+    choose_tree_size: Callable[[Drafter, Any, int | str], tuple[int, str]] | None = None
 
 
 def _ngram(order: int) -> Callable[[Any, LoadedModel | None, DecodeConfig | None], Drafter]:
@@ -35,29 +41,61 @@ def _ngram(order: int) -> Callable[[Any, LoadedModel | None, DecodeConfig | None
     return build
 
 
+def _check_self_draft(target: LoadedModel, hidden_size: int, what: str) -> None:
+    if hidden_size != target.model.config.hidden_size:
+        raise ValueError(f"these {what} were trained for hidden size {hidden_size}, the target has "
+                         f"{target.model.config.hidden_size}")
+
+
 def _medusa(draft: str | Path | None, target: LoadedModel | None, config: DecodeConfig | None) -> Drafter:
     """Medusa heads from a folder or zoo name, or the target's own zoo heads when none is named."""
     from .drafters.medusa import DEFAULT_TREE_SIZE, MedusaDrafter, load_heads
-    from .models import medusa_heads_folder
+    from .models import self_draft_folder
     if target is None:
         raise ValueError("medusa drafts from the target's own hidden states: it needs the target")
     param = next(target.model.parameters())
-    heads, mcfg = load_heads(medusa_heads_folder(draft, target.name), dtype=param.dtype, device=param.device)
-    if heads.blocks[0].weight.shape[0] != target.model.config.hidden_size:
-        raise ValueError(f"these Medusa heads were trained for hidden size {heads.blocks[0].weight.shape[0]}, "
-                         f"the target has {target.model.config.hidden_size}")
+    heads, mcfg = load_heads(self_draft_folder("medusa heads", draft, target.name), dtype=param.dtype,
+                             device=param.device)
+    _check_self_draft(target, heads.blocks[0].weight.shape[0], "Medusa heads")
     size = config.tree_size if config is not None and config.tree_size else DEFAULT_TREE_SIZE
     return MedusaDrafter(heads, mcfg, target.model.get_output_embeddings(), tree_size=size)
 
 
+def _ppd(draft: str | Path | None, target: LoadedModel | None, config: DecodeConfig | None) -> Drafter:
+    """PPD prompt tokens from a folder or zoo name, or the target's own zoo prompt tokens when none is named."""
+    from .drafters.ppd import DEFAULT_TREE_SIZE, PPDDrafter, load_prompt_tokens
+    from .models import self_draft_folder
+    if target is None:
+        raise ValueError("ppd drafts from the target's own forward: it needs the target")
+    param = next(target.model.parameters())
+    tokens, pcfg = load_prompt_tokens(self_draft_folder("ppd prompt tokens", draft, target.name), dtype=param.dtype,
+                                      device=param.device)
+    _check_self_draft(target, pcfg.hidden_size, "prompt tokens")
+    size = config.tree_size if config is not None and config.tree_size else DEFAULT_TREE_SIZE
+    return PPDDrafter(tokens, pcfg, target.model.get_output_embeddings(), tree_size=size)
+
+
+def _medusa_size(drafter, profile, gamma):
+    from .drafters.medusa import choose_tree_size
+    return choose_tree_size(drafter.config, profile, gamma)
+
+
+def _ppd_size(drafter, profile, gamma):
+    from .drafters.ppd import choose_tree_size
+    return choose_tree_size(drafter.config, profile)
+
+
 REGISTRY: dict[str, Method] = {
-    "ar": Method(needs=None, build=None),
-    "speculative": Method(needs="draft model", build=lambda draft, target=None, config=None: LMDrafter(draft.model)),
+    "ar": Method(needs=None, build=None, kind="plain"),
+    "speculative": Method(needs="draft model", build=lambda draft, target=None, config=None: LMDrafter(draft.model),
+                          kind="draft model"),
     "prompt-lookup": Method(needs=None, build=lambda draft, target=None, config=None: PromptLookupDrafter()),
     "unigram": Method(needs="n-gram table", build=_ngram(1)),
     "bigram": Method(needs="n-gram table", build=_ngram(2)),
-    "medusa": Method(needs="medusa heads", build=_medusa),
+    "medusa": Method(needs="medusa heads", build=_medusa, kind="self-drafting", choose_tree_size=_medusa_size),
+    "ppd": Method(needs="ppd prompt tokens", build=_ppd, kind="self-drafting", choose_tree_size=_ppd_size),
 }
+TREE_METHODS = tuple(m for m, spec in REGISTRY.items() if spec.choose_tree_size is not None)
 METHODS = tuple(REGISTRY)
 
 Messages = Sequence[tuple[str, str]]
@@ -119,9 +157,8 @@ def method_kind(method: str) -> str:
     base = {"assisted": "speculative"}.get(base, base)
     if base not in REGISTRY:
         raise ValueError(f"unknown method {method!r}; choose one of {', '.join(METHODS)}")
-    if REGISTRY[base].build is None:
-        return "plain"
-    return "draft model" if REGISTRY[base].needs == "draft model" else "model-free"
+    kind = REGISTRY[base].kind
+    return "model-free" if kind == "self-drafting" else kind  # (self-drafting spends no draft-model time either)
 
 
 def generate_ids(target: LoadedModel, prompt_ids, config: DecodeConfig,

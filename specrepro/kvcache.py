@@ -41,8 +41,13 @@ class PendingTree:
     """The last tree scored: its nodes sit in the cache right after the ``n_committed`` committed entries."""
 
     n_committed: int
-    tokens: list[int]  # [N]
+    tokens: list[int]  # [N] candidates
     parents: torch.Tensor  # [N] long, on the CPU
+    n_prompt: int = 0  # prompt nodes cached after the candidates (PPD), always dropped
+
+    @property
+    def n_nodes(self) -> int:
+        return len(self.tokens) + self.n_prompt
 
 
 class CachedModel:
@@ -64,12 +69,12 @@ class CachedModel:
 
     @property
     def tracked_len(self) -> int:
-        return len(self.ids) + (len(self.tree.tokens) if self.tree is not None else 0)
+        return len(self.ids) + (self.tree.n_nodes if self.tree is not None else 0)
 
     def _drop_tree(self) -> None:
         if self.tree is not None:
-            if self.tree.tokens:
-                self.cache.crop(-len(self.tree.tokens))
+            if self.tree.n_nodes:
+                self.cache.crop(-self.tree.n_nodes)
             self.tree = None
 
     def rollback(self, keep: int) -> None:
@@ -97,8 +102,9 @@ class CachedModel:
         return out.logits[0]  # [n_new, V]
 
     def logits_for_tree(self, ids: list[int], tokens: torch.Tensor | list[int], parents: torch.Tensor | list[int],
-                        output_hidden: bool = False) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """Score a token tree after the committed ``ids`` in one forward: (logits [N+1, V], hidden [N+1, H] | None).
+                        output_hidden: bool = False, prompt_embeds: torch.Tensor | None = None,
+                        prompt_parents: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """Score a token tree after the committed ``ids`` in one forward: (logits [N+1, V], hidden [N+1+P, H] | None).
 
         Row 0 is the next-token distribution after ``ids``, row i+1 the one after node i's root path (the row
         convention of ``specrepro.tree``). ``hidden`` (with ``output_hidden``) is the final hidden state that
@@ -106,30 +112,46 @@ class CachedModel:
         forward runs on the uncached committed tokens (M >= 1, usually just ids[-1]) then the N nodes, with
         position ids len(ids)−1 + depth and a tree attention mask; a chain takes the plain causal path. After
         it the cache holds ids and then the N nodes as a pending tree, until ``keep_path`` or any other call.
+
+        Prompt nodes (PPD): ``prompt_embeds [P, H]`` with ``prompt_parents [P]`` (−1 the root, 0..N−1 a
+        candidate, N.. an earlier prompt node) join the same tree after the candidates, with input embeddings
+        instead of token ids. They get no logits (only hidden rows N+1.., with ``output_hidden``), and
+        ``keep_path`` drops them with the unaccepted candidates.
         """
         ids = list(ids)
         tokens = torch.as_tensor(tokens, dtype=torch.long).cpu()
         parents = torch.as_tensor(parents, dtype=torch.long).cpu()
+        n_prompt = 0 if prompt_embeds is None else prompt_embeds.shape[0]
+        tree.check_parents(parents, tokens.numel())
+        if prompt_embeds is not None:
+            if prompt_parents is None:
+                raise ValueError("prompt_embeds need prompt_parents [P]")
+            parents = torch.cat([parents, torch.as_tensor(prompt_parents, dtype=torch.long).cpu()])
         self._check_tree(ids, tokens, parents)
-        chain = tree.is_chain(parents)
+        chain = n_prompt == 0 and tree.is_chain(parents)
         if not chain:
             self._check_tree_attention()
 
         keep = min(common_prefix(self.ids, ids), len(ids) - 1)
         self.rollback(keep)  # (drops a pending tree too)
-        m, n = len(ids) - keep, tokens.numel()  # uncached committed tokens, tree nodes
+        m, n = len(ids) - keep, tokens.numel()  # uncached committed tokens, candidate nodes
         new = torch.tensor([ids[keep:] + tokens.tolist()], dtype=torch.long, device=self.device)  # [1, M+N]
         # A chain's tree mask and positions are the causal ones: let the model build them (cheaper, same result).
         position_ids, mask = (None, None) if chain else self._tree_inputs(keep, m, parents)
+        if n_prompt:
+            embed = self.model.get_input_embeddings()
+            inputs = {"inputs_embeds": torch.cat([embed(new), prompt_embeds.to(embed.weight)[None]], dim=1)}  # [1, M+N+P, H]
+            keep_rows = torch.arange(m - 1, m + n, device=self.device)  # logits for the root and the N candidates
+        else:
+            inputs, keep_rows = {"input_ids": new}, n + 1
         with torch.inference_mode():
-            out = self.model(input_ids=new, attention_mask=mask, position_ids=position_ids,
-                             past_key_values=self.cache, use_cache=True, logits_to_keep=n + 1,
-                             output_hidden_states=output_hidden)
+            out = self.model(**inputs, attention_mask=mask, position_ids=position_ids, past_key_values=self.cache,
+                             use_cache=True, logits_to_keep=keep_rows, output_hidden_states=output_hidden)
         self.ids.extend(ids[keep:])
-        self.tree = PendingTree(n_committed=len(ids), tokens=tokens.tolist(), parents=parents)
+        self.tree = PendingTree(n_committed=len(ids), tokens=tokens.tolist(), parents=parents[:n], n_prompt=n_prompt)
         logits = out.logits[0, -(n + 1):]  # [N+1, V]
         # transformers 5 ties hidden_states[-1] to last_hidden_state, the final-norm output the LM head reads.
-        hidden = out.hidden_states[-1][0, -(n + 1):] if output_hidden else None  # [N+1, H]
+        hidden = out.hidden_states[-1][0, m - 1:] if output_hidden else None  # [N+1+P, H]
         return logits, hidden
 
     def _tree_inputs(self, n_cached: int, m: int, parents: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -158,8 +180,8 @@ class CachedModel:
         if self.tree is None:
             raise ValueError("keep_path needs a tree scored by logits_for_tree (none is pending)")
         pending, path = self.tree, [int(i) for i in path]
-        n, k, n_nodes = pending.n_committed, len(path), len(pending.tokens)
-        if path and not (0 <= path[-1] < n_nodes and path == tree.root_path(pending.parents, path[-1])):
+        n, k, n_nodes = pending.n_committed, len(path), pending.n_nodes
+        if path and not (0 <= path[-1] < len(pending.tokens) and path == tree.root_path(pending.parents, path[-1])):
             raise ValueError(f"path {path} is not a root path of the last scored tree "
                              f"(parents {pending.parents.tolist()})")
         if path != list(range(k)):
@@ -179,12 +201,12 @@ class CachedModel:
         self.tree = None
 
     def _check_tree(self, ids: list[int], tokens: torch.Tensor, parents: torch.Tensor) -> None:
-        """One clear ValueError per malformed call of logits_for_tree."""
+        """One clear ValueError per malformed call of logits_for_tree (``parents`` covers any prompt nodes too)."""
         if not ids:
             raise ValueError("logits_for_tree needs at least one committed token (ids is empty)")
         if tokens.dim() != 1:
             raise ValueError(f"tokens must be a 1-D tensor [N], got shape {tuple(tokens.shape)}")
-        tree.check_parents(parents, tokens.numel())
+        tree.check_parents(parents)
         context = getattr(self.model.config, "max_position_embeddings", None)
         deepest = len(ids) - 1 + (int(tree.depths(parents).max()) if parents.numel() else 0)
         if context is not None and deepest >= context:

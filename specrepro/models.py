@@ -46,6 +46,11 @@ ZOO: dict[str, ZooEntry] = {
         package="specrepro",
         folder="zoo/smollm2-135m-medusa",
     ),
+    "smollm2-135m-ppd": ZooEntry(
+        description="3 PPD prompt tokens for smollm2-135m-instruct (python -m specrepro.training.ppd)",
+        package="specrepro",
+        folder="zoo/smollm2-135m-ppd",
+    ),
     "smollm2-135m-draft": ZooEntry(
         description="3-layer reduced-vocabulary draft distilled from smollm2-135m-instruct (python -m specrepro.distill)",
         package="specrepro",
@@ -209,21 +214,30 @@ def load_draft(name: str, target: LoadedModel, dtype: str | torch.dtype | None =
     return draft
 
 
-MEDUSA_HEADS = {"smollm2-135m-instruct": "smollm2-135m-medusa"}  # a target's own heads in the zoo
+# A target's own self-drafting weights in the zoo, per kind ("medusa heads", "ppd prompt tokens").
+SELF_DRAFTS = {
+    "medusa heads": {"smollm2-135m-instruct": "smollm2-135m-medusa"},
+    "ppd prompt tokens": {"smollm2-135m-instruct": "smollm2-135m-ppd"},
+}
 
 
-def medusa_heads_folder(name: str | Path | None, target: str) -> Path:
-    """The folder of Medusa heads: a zoo name or folder, or (None) the zoo heads of ``target``."""
+def self_draft_folder(kind: str, name: str | Path | None, target: str) -> Path:
+    """The folder of a target's Medusa heads or PPD prompt tokens (``kind``, a key of ``SELF_DRAFTS``): a zoo
+    name or folder, or (None) the zoo's weights for ``target``."""
+    zoo = SELF_DRAFTS[kind]
     if name is None:
-        if target not in MEDUSA_HEADS:
-            raise ValueError(f"no Medusa heads in the zoo for target {target!r}: name a heads folder with --draft")
-        name = MEDUSA_HEADS[target]
+        if target not in zoo:
+            raise ValueError(f"no {kind} in the zoo for target {target!r}: name a folder with --draft")
+        name = zoo[target]
     if str(name) in ZOO and ZOO[str(name)].folder is not None:
         return Path(__file__).parent / ZOO[str(name)].folder
     if Path(name).expanduser().is_dir():
         return Path(name).expanduser()
-    raise ValueError(f"unknown Medusa heads {str(name)!r}: not a zoo name ({', '.join(MEDUSA_HEADS.values())}) "
-                     f"nor a folder")
+    raise ValueError(f"unknown {kind} {str(name)!r}: not a zoo name ({', '.join(zoo.values())}) nor a folder")
+
+
+def medusa_heads_folder(name: str | Path | None, target: str) -> Path:
+    return self_draft_folder("medusa heads", name, target)
 
 
 def draft_alpha_prior(name: str, temperature: float = 0.0) -> float | None:

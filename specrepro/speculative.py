@@ -58,8 +58,12 @@ def speculative_generate(target: torch.nn.Module, drafter: Drafter, prompt_ids: 
         tokens, parents = proposal.tokens.long().cpu(), proposal.tree_parents()  # [N], [N]
         n = tokens.numel()
 
-        # 2. Score: one target forward over the newest committed token and the N nodes -> N+1 rows.
-        logits, hidden = p_model.logits_for_tree(ids, tokens, parents, output_hidden=drafter.needs_hidden)
+        # 2. Score: one target forward over the newest committed token and the N nodes -> N+1 rows (and the
+        #    hidden states of any prompt nodes, which the drafter reads in feedback).
+        extra = proposal.prompt_nodes
+        logits, hidden = p_model.logits_for_tree(ids, tokens, parents, output_hidden=drafter.needs_hidden,
+                                                 prompt_embeds=None if extra is None else extra.embeds,
+                                                 prompt_parents=None if extra is None else extra.parents)
         t2 = clock.now()
         p = warp(logits, config.sampling)  # [N+1, V]
         tokens = tokens.to(p.device)
@@ -83,6 +87,7 @@ def speculative_generate(target: torch.nn.Module, drafter: Drafter, prompt_ids: 
             rec.accept_lengths.append(len(path))
             rec.proposed_lengths.append(int(depths(parents).max()))  # the longest root path offered
             rec.tree_sizes.append(n)
+        rec.input_lengths.append(1 + n + (0 if extra is None else len(extra)))
         rec.time_draft_s += t1 - t0
         rec.time_target_s += t2 - t1
         if on_step is not None:

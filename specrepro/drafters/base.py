@@ -11,6 +11,10 @@ After every verification the loop tells the drafter what happened in one call, `
 committed sequence, the accepted path, the target's warped rows and, for drafters that set ``needs_hidden``
 (Medusa heads, prompt tokens), the target's final hidden states (the counterpart of transformers'
 ``update_candidate_strategy``).
+
+A proposal may also carry *prompt nodes* (PPD's prompt tokens): nodes whose input is a trained embedding rather
+than a token. The loop scores them in the same forward, after the candidates, for their hidden states only;
+they are never verified and never kept in the cache.
 """
 from __future__ import annotations
 
@@ -23,12 +27,29 @@ from ..config import SamplingConfig
 from ..tree import chain_parents
 
 
+@dataclass(frozen=True)
+class PromptNodes:
+    """Embedding-input nodes appended after a proposal's N candidate tokens (PPD's prompt tokens)."""
+
+    embeds: torch.Tensor  # [P, H] the input embedding of each node
+    parents: torch.Tensor  # [P] long: −1 the root, 0..N−1 a candidate, N..N+P−1 an earlier prompt node
+
+    def __post_init__(self):
+        if self.embeds.dim() != 2 or self.parents.dim() != 1 or self.embeds.shape[0] != self.parents.numel():
+            raise ValueError(f"prompt nodes need embeds [P, H] and parents [P], got {tuple(self.embeds.shape)} "
+                             f"and {tuple(self.parents.shape)}")
+
+    def __len__(self) -> int:
+        return self.parents.numel()
+
+
 @dataclass
 class Proposal:
     tokens: torch.Tensor  # [N] long (N = 0: "nothing to propose", the loop takes one plain step)
     probs: torch.Tensor | None  # [N, V] the q each token was drawn from; None for a deterministic drafter
     calls: int = 0  # draft-model forward passes spent on this proposal
     parents: torch.Tensor | None = None  # [N] long, −1 = child of the newest committed token; None = a chain
+    prompt_nodes: PromptNodes | None = None  # scored for their hidden states only (PPD), never verified or kept
 
     @classmethod
     def empty(cls) -> "Proposal":
@@ -46,7 +67,8 @@ class StepFeedback:
     ids: list[int]  # the committed sequence after the step (prompt included)
     path: list[int]  # accepted node indices of the proposal, root child first
     p: torch.Tensor  # [N+1, V] the target's warped rows over the scored tree
-    hidden: torch.Tensor | None  # [N+1, H] the target's final hidden states, when the drafter set needs_hidden
+    hidden: torch.Tensor | None  # [N+1+P, H] the target's final hidden states (root, N candidates, P prompt
+    #                              nodes), when the drafter set needs_hidden
 
 
 class Drafter(abc.ABC):

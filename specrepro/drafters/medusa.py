@@ -166,6 +166,10 @@ class MedusaDrafter(Drafter):
         self._trees: dict[tuple[int, int], tuple[torch.Tensor, torch.Tensor, torch.Tensor]] = {}
         self.reset()
 
+    def resized(self, tree_size: int) -> "MedusaDrafter":
+        """The same heads drafting a tree of ``tree_size`` nodes."""
+        return MedusaDrafter(self.heads, self.config, self.lm_head, tree_size=tree_size, paths=self.paths)
+
     def reset(self) -> None:
         self.hidden: torch.Tensor | None = None  # [H] the target's state that drew the newest committed token
 

@@ -1,0 +1,324 @@
+"""Train PPD prompt tokens on the frozen target (PPD paper 002, §3.3), on text the target writes itself.
+
+    python -m specrepro.training.ppd --out runs/ppd --seed 0
+
+1. Data (``DIR/data``, resumable): the conversations ``specrepro.distill`` writes, the same recipe and shards as
+   ``specrepro.training.medusa`` (so the two share their held-out conversations, every 20th).
+2. Each step takes one training conversation x (≤ ``max_len`` tokens) and runs the frozen target over it once,
+   without gradients: its KV cache and its logits at every position (the teacher). Nothing the prompt tokens do
+   can change those (no real token attends to a prompt token), so the cache is reused as it is.
+3. Random insertion (§3.3): R anchors t are drawn throughout x; after each, the m prompt tokens × e EPTs sit at
+   positions t+1..t+m and see x[:t+1] and their own group (the EPT attention mask, ``drafters.ppd.ept_block_mask``).
+   All R groups run in one forward over the cached x, so a step costs R·m·e rows, not a pass over x with grads.
+4. Loss (Eq. 1, knowledge distillation): prompt token d's guess (its EPTs' logits averaged) against the teacher's
+   distribution of the token d+1 after the anchor, KL(p_teacher ‖ q_d) · decay^(d−1), averaged. Without KD
+   (``--no-kd``, Table 3) the target is the token the data holds there (cross-entropy).
+5. Held-out conversations: top-1..top-k_max accuracy of each prompt token against the teacher's argmax at every
+   anchor, which gives the rank probabilities the dynamic sparse tree is built from.
+6. ``DIR/prompt_tokens`` gets the embeddings, their config (with the rank probabilities) and the training record;
+   a run that stops keeps ``DIR/checkpoint.pt`` and resumes from it.
+
+The paper's ablations that are a setting here: EPT count (Table 2), KD or not (Table 3), the EPT attention mask
+(Table 6), learned EPT weights instead of the average (Table 7) and the multi-exit ensemble (Table 8: the prompt
+token's post-norm states of the last k layers averaged before the LM head).
+"""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+from tqdm import tqdm
+from transformers import DynamicCache
+
+from ..distill import Example, chat_format, generate_data, load_data, task_openings
+from ..drafters.ppd import EPT_MASKS, PPDConfig, PromptTokens, ept_block_mask, save_prompt_tokens
+from ..models import LoadedModel, load_model
+from ..provenance import atomic_write_text, git_revision
+from .medusa import MedusaTrainConfig, data_config
+
+AGGREGATIONS = ("average", "learned")
+
+
+@dataclass(frozen=True)
+class PPDTrainConfig:
+    target: str = "smollm2-135m-instruct"
+    seed: int = 0
+    prompt_tokens: int = 3  # m (the paper uses 3)
+    epts: int = 1  # e, EPTs per prompt token (the paper's inference experiments use 1)
+    shards: int = 4  # free target-written conversation shards (specrepro.distill), as Medusa's
+    task_shards: int = 4  # task-style shards on top
+    gen_batch: int = 64  # conversations per shard
+    max_len: int = 320  # positions per conversation kept
+    steps: int = 1500  # one conversation per step
+    anchors: int = 48  # R: random insertion points per conversation and step
+    lr: float = 1e-2  # the paper's: cosine from 0.01, no warm-up
+    decay: float = 0.8  # α of Eq. 1: weight decay^(d−1) on prompt token d
+    kd: bool = True  # knowledge distillation (Eq. 1) or hard labels (Table 3's "No")
+    mask: str = "ensemble"  # EPT attention mask (Table 6): ensemble | decoder | encoder
+    aggregation: str = "average"  # EPT logits: average | learned (Table 7: learned scalar weights)
+    exits: int = 1  # multi-exit ensemble (Table 8): average the last k layers' normed states; 1 = off
+    k_max: int = 10  # top-k accuracies measured on held-out data (the tree's ranks)
+    val_conversations: int = 0  # held-out conversations evaluated; 0 = all (every 20th)
+    val_every: int = 100  # steps between held-out losses (on 4 conversations)
+    threads: int = 2
+
+    def __post_init__(self):
+        if self.mask not in EPT_MASKS:
+            raise ValueError(f"mask must be one of {EPT_MASKS}, got {self.mask!r}")
+        if self.aggregation not in AGGREGATIONS:
+            raise ValueError(f"aggregation must be one of {AGGREGATIONS}, got {self.aggregation!r}")
+        if self.prompt_tokens < 1 or self.epts < 1 or self.exits < 1 or self.anchors < 1 or self.steps < 0:
+            raise ValueError("prompt_tokens, epts, exits and anchors must be >= 1 and steps >= 0")
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+
+class Student(torch.nn.Module):
+    """What trains: the prompt tokens, and the EPT weights when aggregation is "learned"."""
+
+    def __init__(self, cfg: PPDTrainConfig, init: torch.Tensor):
+        super().__init__()
+        self.tokens = PromptTokens(init.shape[-1], cfg.prompt_tokens, cfg.epts, init=init)
+        self.weights = torch.nn.Parameter(torch.full((cfg.epts,), 1.0 / cfg.epts)) if cfg.aggregation == "learned" else None
+
+    def aggregate(self, logits: torch.Tensor) -> torch.Tensor:
+        """EPT logits [..., e, V] -> one guess per prompt token [..., V]: the mean (§3.2) or Σ_j w_j logits_j (B.6)."""
+        if self.weights is None:
+            return logits.mean(dim=-2)
+        return (logits * self.weights[:, None]).sum(dim=-2)
+
+
+def init_embeddings(model: torch.nn.Module, cfg: PPDTrainConfig) -> torch.Tensor:
+    """[m·e, H] ordinary token embeddings to start from (§5: "initialized with normal text token embeddings"),
+    drawn at random (seeded) from the embedding table."""
+    table = model.get_input_embeddings().weight.detach().float()
+    g = torch.Generator().manual_seed(cfg.seed)
+    return table[torch.randint(0, table.shape[0], (cfg.prompt_tokens * cfg.epts,), generator=g)].clone()
+
+
+@dataclass
+class Prefix:
+    """One conversation after the frozen forward: its cache, the teacher's logits and its tokens."""
+
+    cache: DynamicCache
+    logits: torch.Tensor  # [L, V] teacher logits (row t: the distribution of token t+1)
+    tokens: torch.Tensor  # [L]
+    usable: torch.Tensor  # [A] anchors t whose distance-1 target (token t+2) the target generated
+
+
+def run_prefix(model: torch.nn.Module, ex: Example, cfg: PPDTrainConfig) -> Prefix:
+    tokens = ex.tokens[: cfg.max_len]
+    cache = DynamicCache(config=model.config)
+    with torch.no_grad():
+        logits = model(input_ids=tokens[None], past_key_values=cache, use_cache=True).logits[0].float()  # [L, V]
+    rows = ex.has_row[: cfg.max_len]
+    t = torch.arange(max(0, tokens.numel() - 2))
+    return Prefix(cache, logits, tokens, t[rows[t + 2]] if t.numel() else t)
+
+
+def group_inputs(anchors: torch.Tensor, n_cached: int, cfg: PPDTrainConfig) -> tuple[torch.Tensor, torch.Tensor]:
+    """position ids [1, Q] and the additive mask [1, 1, Q, L+Q] for R anchor groups of m·e prompt nodes each
+    (Q = R·m·e, distance-major within a group): a node sees x[:t+1] and its group under the EPT mask."""
+    m, e, r = cfg.prompt_tokens, cfg.epts, anchors.numel()
+    d = torch.arange(1, m + 1).repeat_interleave(e)  # [m·e] distance of each node
+    positions = (anchors[:, None] + d[None, :]).reshape(1, -1)  # [1, Q]
+    q = r * m * e
+    allowed = torch.zeros(q, n_cached + q, dtype=torch.bool)
+    allowed[:, :n_cached] = (torch.arange(n_cached)[None, :] <= anchors.repeat_interleave(m * e)[:, None])
+    allowed[:, n_cached:] = torch.block_diag(*[ept_block_mask(m, e, cfg.mask)] * r)
+    mask = torch.zeros(allowed.shape).masked_fill_(~allowed, torch.finfo(torch.float32).min)
+    return positions, mask[None, None]
+
+
+def student_logits(model: torch.nn.Module, student: Student, prefix: Prefix, anchors: torch.Tensor,
+                   cfg: PPDTrainConfig) -> torch.Tensor:
+    """Each anchor's prompt-token guesses [R, m, V] (log-probabilities) from one forward over the cached prefix."""
+    m, e, h = cfg.prompt_tokens, cfg.epts, student.tokens.embeds.shape[-1]
+    n_cached = prefix.tokens.numel()
+    positions, mask = group_inputs(anchors, n_cached, cfg)
+    embeds = student.tokens.embeds.reshape(1, m * e, h).expand(anchors.numel(), -1, -1).reshape(1, -1, h)  # [1, Q, H]
+    out = model(inputs_embeds=embeds, attention_mask=mask, position_ids=positions, past_key_values=prefix.cache,
+                use_cache=True, output_hidden_states=cfg.exits > 1, logits_to_keep=0 if cfg.exits == 1 else 1)
+    prefix.cache.crop(-positions.shape[1])  # drop the prompt nodes' entries: the next forward sees x alone again
+    for layer in prefix.cache.layers:  # (and no autograd history through the kept slices)
+        layer.keys, layer.values = layer.keys.detach(), layer.values.detach()
+    if cfg.exits == 1:
+        logits = out.logits[0]  # [Q, V]
+    else:  # multi-exit: the last k layers' states through the final norm, averaged (Table 8)
+        norm = model.get_decoder().norm if hasattr(model, "get_decoder") else model.model.norm
+        states = torch.stack([norm(s[0]) for s in out.hidden_states[-cfg.exits - 1:-1]])  # [k, Q, H]
+        logits = model.get_output_embeddings()(states.mean(0))  # [Q, V]
+    logits = logits.float().reshape(anchors.numel(), m, e, -1)  # [R, m, e, V]
+    return student.aggregate(logits).log_softmax(-1)  # [R, m, V]
+
+
+def loss_for(logq: torch.Tensor, prefix: Prefix, anchors: torch.Tensor, cfg: PPDTrainConfig) -> torch.Tensor:
+    """Eq. 1: (1/m) Σ_d decay^(d−1) · mean over anchors of KL(teacher ‖ q_d), teacher = the target's row at t+d
+    (the distribution of token t+d+1); without KD, −log q_d(x_{t+d+1}). Targets past the sequence end drop out."""
+    total = logq.new_zeros(())
+    length = prefix.tokens.numel()
+    for d in range(1, cfg.prompt_tokens + 1):
+        ok = anchors + d + 1 < length
+        if not ok.any():
+            continue
+        rows, lq = anchors[ok] + d, logq[ok, d - 1]  # [R'], [R', V]
+        if cfg.kd:
+            p = prefix.logits[rows].softmax(-1)  # [R', V]
+            loss = (p * (p.clamp_min(1e-12).log() - lq)).sum(-1).mean()
+        else:
+            loss = -lq.gather(-1, prefix.tokens[rows + 1][:, None]).mean()
+        total = total + cfg.decay ** (d - 1) * loss
+    return total / cfg.prompt_tokens
+
+
+def topk_accuracy(model: torch.nn.Module, student: Student, examples: list[Example], cfg: PPDTrainConfig,
+                  chunk: int = 64) -> tuple[np.ndarray, int]:
+    """acc [m, k_max]: over every usable anchor of the held-out conversations, the fraction where the teacher's
+    argmax d+1 tokens after the anchor is in prompt token d's top-i; and the number of anchors."""
+    hits, counts = np.zeros((cfg.prompt_tokens, cfg.k_max)), np.zeros(cfg.prompt_tokens)
+    with torch.no_grad():
+        for ex in examples:
+            prefix = run_prefix(model, ex, cfg)
+            for s in range(0, prefix.usable.numel(), chunk):
+                anchors = prefix.usable[s:s + chunk]
+                logq = student_logits(model, student, prefix, anchors, cfg)  # [R, m, V]
+                for d in range(1, cfg.prompt_tokens + 1):
+                    ok = anchors + d + 1 < prefix.tokens.numel()
+                    truth = prefix.logits[anchors[ok] + d].argmax(-1)  # [R']
+                    lq = logq[ok, d - 1]
+                    rank = (lq > lq.gather(-1, truth[:, None])).sum(-1)  # [R'] 0 = top-1
+                    for r in rank[rank < cfg.k_max].tolist():
+                        hits[d - 1, r:] += 1
+                    counts[d - 1] += int(ok.sum())
+    return hits / np.maximum(counts, 1)[:, None], int(counts[0])
+
+
+def train_ppd(cfg: PPDTrainConfig, out: str | Path, target: LoadedModel | None = None,
+              command: list[str] | None = None, progress: bool = True) -> dict:
+    """The whole recipe (module docstring); ``target`` defaults to the zoo target in fp32 (tests pass a tiny one)."""
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    torch.set_num_threads(cfg.threads)
+    command = command if command is not None else [sys.executable, "-m", "specrepro.training.ppd", *sys.argv[1:]]
+    atomic_write_text(out / "config.json", json.dumps({"command": command, **cfg.to_dict()}, indent=1) + "\n")
+    revision, times, t_start = git_revision(), {}, time.perf_counter()
+
+    # 1. Data, as specrepro.distill writes it (Medusa's recipe).
+    t0 = time.perf_counter()
+    target = target if target is not None else load_model(cfg.target, dtype="fp32", device="cpu")
+    model = target.model.eval().requires_grad_(False)
+    dcfg = data_config(MedusaTrainConfig(target=cfg.target, seed=0, shards=cfg.shards, task_shards=cfg.task_shards,
+                                         gen_batch=cfg.gen_batch))
+    made = generate_data(model, chat_format(target), dcfg, out / "data", task_openings(target.tokenizer))
+    examples = load_data(out / "data", dcfg)
+    train_ids = [i for i in range(len(examples)) if i % 20]
+    val_ids = [i for i in range(len(examples)) if i % 20 == 0]
+    if cfg.val_conversations:
+        val_ids = val_ids[: cfg.val_conversations]
+    times["data_s"] = time.perf_counter() - t0
+
+    # 2-4. Train the prompt tokens (and EPT weights); resumable from DIR/checkpoint.pt.
+    torch.manual_seed(cfg.seed)
+    student = Student(cfg, init_embeddings(model, cfg))
+    opt = torch.optim.AdamW(student.parameters(), lr=cfg.lr, weight_decay=0.0)
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: 0.5 * (1 + np.cos(np.pi * min(s, cfg.steps) / max(cfg.steps, 1))))
+    g = torch.Generator().manual_seed(cfg.seed)
+    losses, vals, start, train_s = [], [], 0, 0.0
+    ckpt = out / "checkpoint.pt"
+    if ckpt.is_file():
+        state = torch.load(ckpt, weights_only=False)
+        if state["config"] == cfg.to_dict():
+            student.load_state_dict(state["student"])
+            opt.load_state_dict(state["opt"])
+            sched.load_state_dict(state["sched"])
+            g.set_state(state["generator"])
+            losses, vals, start, train_s = state["losses"], state["vals"], state["step"], state["train_s"]
+    t0 = time.perf_counter()
+    val_small = [examples[i] for i in val_ids[:4]]
+    for step in tqdm(range(start, cfg.steps), desc="ppd: prompt tokens", file=sys.stderr, disable=not progress,
+                     initial=start, total=cfg.steps):
+        ex = examples[train_ids[int(torch.randint(0, len(train_ids), (), generator=g))]]
+        prefix = run_prefix(model, ex, cfg)
+        if prefix.usable.numel() == 0:
+            continue
+        pick = torch.randperm(prefix.usable.numel(), generator=g)[: cfg.anchors]
+        anchors = prefix.usable[pick].sort().values
+        loss = loss_for(student_logits(model, student, prefix, anchors, cfg), prefix, anchors, cfg)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
+        sched.step()
+        losses.append(round(float(loss), 5))
+        if (step + 1) % cfg.val_every == 0 or step + 1 == cfg.steps:
+            with torch.no_grad():
+                vl = []
+                for vex in val_small:
+                    vp = run_prefix(model, vex, cfg)
+                    vl.append(float(loss_for(student_logits(model, student, vp, vp.usable, cfg), vp, vp.usable, cfg)))
+            vals.append((step + 1, round(float(np.mean(vl)), 5)))
+            torch.save({"config": cfg.to_dict(), "student": student.state_dict(), "opt": opt.state_dict(),
+                        "sched": sched.state_dict(), "generator": g.get_state(), "losses": losses, "vals": vals,
+                        "step": step + 1, "train_s": train_s + time.perf_counter() - t0}, ckpt.with_suffix(".tmp"))
+            ckpt.with_suffix(".tmp").replace(ckpt)
+    student.eval().requires_grad_(False)
+    times["train_s"] = train_s + time.perf_counter() - t0
+
+    # 5. Held-out top-k accuracies -> rank probabilities for the dynamic sparse tree.
+    t0 = time.perf_counter()
+    acc, n_anchors = topk_accuracy(model, student, [examples[i] for i in val_ids], cfg)
+    rank_probs = np.diff(acc, axis=1, prepend=0.0).clip(min=0.0)
+    times["eval_s"] = time.perf_counter() - t0
+    times["total_s"] = time.perf_counter() - t_start
+
+    # 6. Files. An inference folder holds the averaged-EPT, final-layer recipe the drafter runs.
+    hsize = model.config.hidden_size
+    trainable = sum(p.numel() for p in student.parameters())
+    backbone = sum(p.numel() for p in model.parameters())
+    record = {
+        "command": command, "config": cfg.to_dict(), "git_revision": revision,
+        "data": {"recipe": "specrepro.distill.generate_data (Medusa's shards)", "shards": cfg.shards,
+                 "task_shards": cfg.task_shards, "shards_generated_now": made, "conversations": len(examples),
+                 "train_conversations": len(train_ids), "val_conversations": len(val_ids), "val_anchors": n_anchors},
+        "prompt_tokens": {"m": cfg.prompt_tokens, "epts": cfg.epts, "trainable_parameters": trainable,
+                          "target_parameters": backbone, "trainable_fraction": trainable / backbone},
+        "train": {"losses": losses, "val_losses": vals},
+        "held_out_topk_accuracy": {f"distance_{d + 1}": [round(float(x), 4) for x in acc[d]]
+                                   for d in range(cfg.prompt_tokens)},
+        "times_s": {k: round(v, 1) for k, v in times.items()},
+        "versions": {"torch": torch.__version__, "python": sys.version.split()[0]},
+    }
+    if cfg.aggregation == "average" and cfg.exits == 1 and cfg.mask == "ensemble":
+        config = PPDConfig(hidden_size=hsize, prompt_tokens=cfg.prompt_tokens, epts=cfg.epts, target=cfg.target,
+                           rank_probs=tuple(tuple(round(float(x), 6) for x in row) for row in rank_probs))
+        save_prompt_tokens(student.tokens, config, out / "prompt_tokens")
+        atomic_write_text(out / "prompt_tokens" / "training_record.json", json.dumps(record, indent=1) + "\n")
+    atomic_write_text(out / "training_record.json", json.dumps(record, indent=1) + "\n")
+    return record
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="python -m specrepro.training.ppd", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--out", required=True, help="run folder (data shards and a checkpoint are reused if present)")
+    for f in dataclasses.fields(PPDTrainConfig):
+        flag = f"--{f.name.replace('_', '-')}"
+        if isinstance(f.default, bool):
+            parser.add_argument(flag, action=argparse.BooleanOptionalAction, default=f.default)
+        else:
+            parser.add_argument(flag, type=type(f.default), default=f.default)
+    args = vars(parser.parse_args(argv))
+    out = args.pop("out")
+    record = train_ppd(PPDTrainConfig(**args), out)
+    print(json.dumps({"held_out_topk_accuracy": record["held_out_topk_accuracy"],
+                      "prompt_tokens": record["prompt_tokens"], "times_s": record["times_s"]}, indent=1))
+
+
+if __name__ == "__main__":
+    main()
