@@ -35,7 +35,7 @@ figures: venv models
 
 bench: venv models
 	$(PY) -m specrepro bench \
-	  --methods ar,speculative,speculative:gauto,prompt-lookup,prompt-lookup:gauto,medusa,hf-assisted,hf-prompt-lookup \
+	  --methods ar,speculative,speculative:gauto,prompt-lookup,prompt-lookup:gauto,medusa,ppd,hf-assisted,hf-prompt-lookup \
 	  --target smollm2-135m-instruct --draft smollm2-135m-draft --suite mixed \
 	  --max-new-tokens 64 --temperature 0 --gamma 4 --dtype auto --repeats 1 --out figures/bench/make-bench
 

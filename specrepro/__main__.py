@@ -19,6 +19,9 @@ def add_decode_args(p: argparse.ArgumentParser) -> None:
                    help="draft tokens per step, or auto: chosen each step from the device profile and α so far")
     p.add_argument("--tree-size", type=int, default=None,
                    help="nodes of the draft tree for tree methods (medusa, ppd; default: the hardware-aware size)")
+    p.add_argument("--acceptance", default="exact", choices=("exact", "greedy", "typical"),
+                   help="verification rule: exact (lossless, default), greedy (T = 0 only) or typical "
+                        "(Medusa's typical acceptance: LOSSY, faster at T > 0)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--dtype", default="auto",
                    help="auto (default: the fastest for the method per the device profile), bf16, fp16 or fp32")
@@ -95,7 +98,7 @@ def cmd_generate(args: argparse.Namespace) -> int:
     needs = REGISTRY[args.method].needs
     sampling = SamplingConfig(temperature=args.temperature, top_k=args.top_k, top_p=args.top_p)
     config = DecodeConfig(method=args.method, max_new_tokens=args.max_new_tokens, gamma=args.gamma,
-                          sampling=sampling, tree_size=args.tree_size, seed=args.seed)
+                          sampling=sampling, tree_size=args.tree_size, acceptance=args.acceptance, seed=args.seed)
     if args.prompt is not None:
         prompts = [("prompt", [("user", args.prompt)])]
     else:
@@ -136,7 +139,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m specrepro", description=__doc__)
     sub = parser.add_subparsers(dest="cmd", required=True)
     gen = sub.add_parser("generate", help="generate text with one method")
-    gen.add_argument("--method", default="speculative")
+    gen.add_argument("--method", default="speculative",
+                     help="ar, speculative, prompt-lookup, unigram, bigram, medusa or ppd")
     src = gen.add_mutually_exclusive_group(required=True)
     src.add_argument("--prompt", help="one prompt text")
     src.add_argument("--prompts", help='JSON Lines file, one {"prompt": ...} per line')
@@ -160,9 +164,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     bench = sub.add_parser("bench", help="benchmark methods on a prompt suite (see specrepro.bench)")
     bench.add_argument("--methods", required=True,
-                       help="comma-separated: ar, speculative, prompt-lookup, unigram, bigram, hf-ar, hf-assisted, "
-                            "hf-prompt-lookup; each may carry its own dtype and γ: speculative:fp32:g2, "
-                            "prompt-lookup:auto:gauto")
+                       help="comma-separated: ar, speculative, prompt-lookup, unigram, bigram, medusa, ppd, hf-ar, "
+                            "hf-assisted, hf-prompt-lookup; each may carry its own dtype, γ and tree size: "
+                            "speculative:fp32:g2, prompt-lookup:auto:gauto, ppd:t20")
     src = bench.add_mutually_exclusive_group(required=True)
     src.add_argument("--suite", help="offline suite: instruct, chat, math, summarize, humaneval or mixed")
     src.add_argument("--prompts", help='JSON Lines file, one {"prompt": ...} per line')
@@ -224,7 +228,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
         methods=tuple(m.strip() for m in args.methods.split(",") if m.strip()), target=args.target,
         draft=args.draft, prompts=source, limit=args.limit, max_new_tokens=args.max_new_tokens,
         temperature=args.temperature, top_k=args.top_k, top_p=args.top_p, gamma=args.gamma, gamma_max=args.gamma_max,
-        tree_size=args.tree_size,
+        tree_size=args.tree_size, acceptance=args.acceptance,
         repeats=args.repeats, seed=args.seed, dtype=args.dtype, device=args.device, threads=args.threads,
         ngram_table=str(Path(args.ngram_table).resolve()) if args.ngram_table else None,
         chat_template=not args.no_chat_template, warmup_tokens=args.warmup_tokens)

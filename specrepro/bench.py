@@ -125,6 +125,7 @@ class BenchConfig:
     gamma: int | str = 4  # γ for every variant that names none; "auto": chosen each step from the profile
     gamma_max: int = 16  # largest γ that gamma auto considers
     tree_size: int | None = None  # nodes of a token-tree drafter (medusa, ppd); None: hardware-aware
+    acceptance: str = "exact"  # verification rule of our loop: exact | greedy | typical (LOSSY)
     repeats: int = 1
     seed: int = 0  # base seed; repeat r uses seed + r
     dtype: str | None = None  # default dtype of the variants: None = the given models' (or the loader's), or auto
@@ -161,7 +162,7 @@ class BenchConfig:
                       gamma: int | str | None = None) -> DecodeConfig:
         return DecodeConfig(method=method, max_new_tokens=max_new_tokens or self.max_new_tokens,
                             gamma=self.gamma if gamma is None else gamma, sampling=self.sampling(),
-                            tree_size=self.tree_size, seed=self.seed + repeat)
+                            tree_size=self.tree_size, acceptance=self.acceptance, seed=self.seed + repeat)
 
     def to_dict(self) -> dict:
         return json.loads(json.dumps(dataclasses.asdict(self)))  # tuples -> lists, as read back

@@ -11,6 +11,9 @@ import math
 from dataclasses import dataclass
 
 
+ACCEPTANCE_RULES = ("exact", "greedy", "typical")  # the names of specrepro.acceptance.TREE_RULES
+
+
 @dataclass(frozen=True)
 class SamplingConfig:
     """How logits become a distribution; applied identically to p and q (slides §2.2)."""
@@ -40,7 +43,10 @@ class DecodeConfig:
     max_new_tokens: int = 64  # hard cap; a step that accepts several tokens never overshoots it
     gamma: int | str = 4  # γ, draft tokens per target call (ignored by "ar"); "auto": chosen each step (adaptive.py)
     sampling: SamplingConfig = SamplingConfig()
-    tree_size: int | None = None  # nodes of a drafter's token tree (Medusa); None: the drafter's default
+    tree_size: int | None = None  # nodes of a drafter's token tree (Medusa, PPD); None: the drafter's default
+    # acceptance rule of the verification loop (``acceptance.TREE_RULES``): "exact" (lossless at any T), "greedy"
+    # (T = 0 only) or "typical" (Medusa's typical acceptance: LOSSY, never a default)
+    acceptance: str = "exact"
     seed: int = 0  # seeds the torch.Generator that supplies every uniform the decoder draws
     stop_at_eos: bool = True
 
@@ -51,6 +57,8 @@ class DecodeConfig:
             raise ValueError(f"gamma (draft tokens per step) must be an integer >= 1 or 'auto', got {self.gamma!r}")
         if self.tree_size is not None and (not isinstance(self.tree_size, int) or self.tree_size < 1):
             raise ValueError(f"tree_size must be an integer >= 1 (nodes of the draft tree), got {self.tree_size!r}")
+        if self.acceptance not in ACCEPTANCE_RULES:
+            raise ValueError(f"acceptance must be one of {ACCEPTANCE_RULES}, got {self.acceptance!r}")
         if not isinstance(self.seed, int):
             raise ValueError(f"seed must be an integer, got {self.seed!r}")
 

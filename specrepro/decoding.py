@@ -4,6 +4,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 
+import numpy as np
 import torch
 
 from .config import DecodeConfig
@@ -64,11 +65,18 @@ def commit(ids: list[int], out: list[int], new: list[int], config: DecodeConfig,
     return None
 
 
+def draft_stream(seed: int) -> int:
+    """The drafter's seed for a run seeded ``seed``: a stream independent of the acceptance rule's, so two methods
+    (or two drafters) compared at one seed meet the same acceptance uniforms and target samples."""
+    return int(np.random.SeedSequence([seed, 1]).generate_state(1, dtype=np.uint64)[0] >> 1)
+
+
 @dataclass
 class Run:
     """What a decoding loop starts from: its seeded generator, clock, target cache, sequences and record."""
 
-    generator: torch.Generator  # CPU, seeded: every uniform of the run comes from here
+    generator: torch.Generator  # CPU, seeded: every uniform of the target side (sampling, acceptance) comes from here
+    draft_generator: torch.Generator  # CPU, a separate stream for drafters that sample (``draft_stream``)
     clock: Clock
     p_model: CachedModel  # the target, cached
     ids: list[int]  # committed sequence: prompt + generated
@@ -81,7 +89,8 @@ def start_run(target: torch.nn.Module, prompt_ids: list[int], config: DecodeConf
     """Check the prompt against the context and set up one generation (batch size 1)."""
     check_prompt(prompt_ids, config, context_length or target.config.max_position_embeddings)
     out: list[int] = []
-    return Run(generator=torch.Generator().manual_seed(config.seed), clock=Clock(model_device(target)),
+    return Run(generator=torch.Generator().manual_seed(config.seed),
+               draft_generator=torch.Generator().manual_seed(draft_stream(config.seed)), clock=Clock(model_device(target)),
                p_model=CachedModel(target), ids=list(prompt_ids), out=out,
                rec=GenerationRecord(method=method, token_ids=out, prompt_tokens=len(prompt_ids),
                                     config=config.to_dict()))

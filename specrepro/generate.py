@@ -6,6 +6,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
+from .acceptance import TREE_RULES
 from .adaptive import GammaPolicy
 from .autoregressive import autoregressive_generate
 from .config import DecodeConfig
@@ -177,8 +178,8 @@ def generate_ids(target: LoadedModel, prompt_ids, config: DecodeConfig,
         rec = autoregressive_generate(target.model, prompt_ids, config, eos, target.context_length)
     elif config.method in REGISTRY:
         rec = speculative_generate(target.model, drafter_for(draft, config.method, target, config), prompt_ids, config, eos,
-                                   context_length=target.context_length, method=config.method,
-                                   gamma_policy=gamma_policy)
+                                   rule=TREE_RULES[config.acceptance], context_length=target.context_length,
+                                   method=config.method, gamma_policy=gamma_policy)
     else:
         raise ValueError(f"unknown method {config.method!r}; choose one of {', '.join(METHODS)}")
     rec.provenance = {"dtype": str(next(target.model.parameters()).dtype).replace("torch.", ""),

@@ -53,7 +53,7 @@ def speculative_generate(target: torch.nn.Module, drafter: Drafter, prompt_ids: 
         gamma = min(gamma_policy.choose(rec.accept_lengths, rec.proposed_lengths), config.max_new_tokens - len(out) - 1)
         rec.gammas.append(gamma)
         t0 = clock.now()
-        proposal = drafter.propose(ids, gamma, config.sampling, generator) if gamma > 0 else Proposal.empty()
+        proposal = drafter.propose(ids, gamma, config.sampling, run.draft_generator) if gamma > 0 else Proposal.empty()
         t1 = clock.now()
         tokens, parents = proposal.tokens.long().cpu(), proposal.tree_parents()  # [N], [N]
         n = tokens.numel()
@@ -69,7 +69,7 @@ def speculative_generate(target: torch.nn.Module, drafter: Drafter, prompt_ids: 
         tokens = tokens.to(p.device)
         q = proposal.probs.to(p.device) if proposal.probs is not None else one_hot(tokens, p.shape[-1])  # [N, V]
 
-        # 3. Verify: a pure rule on tensors; uniforms come from the run's (CPU) generator.
+        # 3. Verify: a pure rule on tensors; uniforms come from the run's (CPU) generator, a stream of its own.
         uniforms = torch.rand(n + 1, generator=generator, dtype=torch.float64).to(p.device)  # [N+1]
         path, next_token = rule(p, q, tokens, parents, uniforms)
 

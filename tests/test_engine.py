@@ -197,3 +197,25 @@ def test_record_fields(tiny_pair_64):
     assert sum(a + 1 for a in rec.accept_lengths) + (rec.target_calls - len(rec.accept_lengths)) >= rec.new_tokens
     assert d["config"]["gamma"] == 3 and d["config"]["seed"] == 4
     assert abs(rec.wall_time_s - rec.time_draft_s - rec.time_target_s - rec.time_other_s) < 1e-9
+
+
+def test_drafter_and_rule_draw_from_separate_streams(tiny_pair_64):
+    """Two drafters that consume different amounts of randomness meet the same acceptance uniforms at one seed:
+    the rule's stream is the run's own, the drafter's another (decoding.draft_stream)."""
+    from specrepro.acceptance import TREE_RULES
+    from specrepro.decoding import draft_stream
+    from specrepro.drafters import PromptLookupDrafter
+    target, draft = tiny_pair_64
+    seen = {}
+
+    def recording(name):
+        def rule(p, q, tokens, parents, uniforms):
+            seen.setdefault(name, []).append(uniforms[:1].clone())
+            return TREE_RULES["exact"](p, q, tokens, parents, uniforms)
+        rule.__name__ = name
+        return rule
+    config = DecodeConfig(max_new_tokens=2, gamma=2, sampling=SamplingConfig(temperature=1.0), seed=7)
+    speculative_generate(target, LMDrafter(draft), PROMPT, config, rule=recording("sampling draft"))
+    speculative_generate(target, PromptLookupDrafter(), PROMPT, config, rule=recording("another draft"))  # draws none
+    assert torch.equal(seen["sampling draft"][0], seen["another draft"][0])
+    assert draft_stream(7) == draft_stream(7) != draft_stream(8) and draft_stream(7) != 7

@@ -202,9 +202,11 @@ def topk_accuracy(model: torch.nn.Module, student: Student, examples: list[Examp
 
 
 def train_ppd(cfg: PPDTrainConfig, out: str | Path, target: LoadedModel | None = None,
-              command: list[str] | None = None, progress: bool = True) -> dict:
-    """The whole recipe (module docstring); ``target`` defaults to the zoo target in fp32 (tests pass a tiny one)."""
+              command: list[str] | None = None, progress: bool = True, data: str | Path | None = None) -> dict:
+    """The whole recipe (module docstring); ``target`` defaults to the zoo target in fp32 (tests pass a tiny one);
+    ``data`` is the data folder (default ``out/data``; runs that share one make it once)."""
     out = Path(out)
+    data = Path(data) if data is not None else out / "data"
     out.mkdir(parents=True, exist_ok=True)
     torch.set_num_threads(cfg.threads)
     command = command if command is not None else [sys.executable, "-m", "specrepro.training.ppd", *sys.argv[1:]]
@@ -217,8 +219,8 @@ def train_ppd(cfg: PPDTrainConfig, out: str | Path, target: LoadedModel | None =
     model = target.model.eval().requires_grad_(False)
     dcfg = data_config(MedusaTrainConfig(target=cfg.target, seed=0, shards=cfg.shards, task_shards=cfg.task_shards,
                                          gen_batch=cfg.gen_batch))
-    made = generate_data(model, chat_format(target), dcfg, out / "data", task_openings(target.tokenizer))
-    examples = load_data(out / "data", dcfg)
+    made = generate_data(model, chat_format(target), dcfg, data, task_openings(target.tokenizer))
+    examples = load_data(data, dcfg)
     train_ids = [i for i in range(len(examples)) if i % 20]
     val_ids = [i for i in range(len(examples)) if i % 20 == 0]
     if cfg.val_conversations:
@@ -307,6 +309,7 @@ def train_ppd(cfg: PPDTrainConfig, out: str | Path, target: LoadedModel | None =
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m specrepro.training.ppd", description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", required=True, help="run folder (data shards and a checkpoint are reused if present)")
+    parser.add_argument("--data", default=None, help="data folder shared between runs (default: OUT/data)")
     for f in dataclasses.fields(PPDTrainConfig):
         flag = f"--{f.name.replace('_', '-')}"
         if isinstance(f.default, bool):
@@ -314,8 +317,8 @@ def main(argv: list[str] | None = None) -> None:
         else:
             parser.add_argument(flag, type=type(f.default), default=f.default)
     args = vars(parser.parse_args(argv))
-    out = args.pop("out")
-    record = train_ppd(PPDTrainConfig(**args), out)
+    out, data = args.pop("out"), args.pop("data")
+    record = train_ppd(PPDTrainConfig(**args), out, data=data)
     print(json.dumps({"held_out_topk_accuracy": record["held_out_topk_accuracy"],
                       "prompt_tokens": record["prompt_tokens"], "times_s": record["times_s"]}, indent=1))
 
