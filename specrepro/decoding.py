@@ -90,7 +90,8 @@ def start_run(target: torch.nn.Module, prompt_ids: list[int], config: DecodeConf
     check_prompt(prompt_ids, config, context_length or target.config.max_position_embeddings)
     out: list[int] = []
     return Run(generator=torch.Generator().manual_seed(config.seed),
-               draft_generator=torch.Generator().manual_seed(draft_stream(config.seed)), clock=Clock(model_device(target)),
+               draft_generator=torch.Generator().manual_seed(draft_stream(config.seed)),
+               clock=Clock(model_device(target)),
                p_model=CachedModel(target), ids=list(prompt_ids), out=out,
                rec=GenerationRecord(method=method, token_ids=out, prompt_tokens=len(prompt_ids),
                                     config=config.to_dict()))

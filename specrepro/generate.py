@@ -42,38 +42,25 @@ def _ngram(order: int) -> Callable[[Any, LoadedModel | None, DecodeConfig | None
     return build
 
 
-def _check_self_draft(target: LoadedModel, hidden_size: int, what: str) -> None:
-    if hidden_size != target.model.config.hidden_size:
-        raise ValueError(f"these {what} were trained for hidden size {hidden_size}, the target has "
-                         f"{target.model.config.hidden_size}")
-
-
-def _medusa(draft: str | Path | None, target: LoadedModel | None, config: DecodeConfig | None) -> Drafter:
-    """Medusa heads from a folder or zoo name, or the target's own zoo heads when none is named."""
-    from .drafters.medusa import DEFAULT_TREE_SIZE, MedusaDrafter, load_heads
-    from .models import self_draft_folder
-    if target is None:
-        raise ValueError("medusa drafts from the target's own hidden states: it needs the target")
-    param = next(target.model.parameters())
-    heads, mcfg = load_heads(self_draft_folder("medusa heads", draft, target.name), dtype=param.dtype,
-                             device=param.device)
-    _check_self_draft(target, heads.blocks[0].weight.shape[0], "Medusa heads")
-    size = config.tree_size if config is not None and config.tree_size else DEFAULT_TREE_SIZE
-    return MedusaDrafter(heads, mcfg, target.model.get_output_embeddings(), tree_size=size)
-
-
-def _ppd(draft: str | Path | None, target: LoadedModel | None, config: DecodeConfig | None) -> Drafter:
-    """PPD prompt tokens from a folder or zoo name, or the target's own zoo prompt tokens when none is named."""
-    from .drafters.ppd import DEFAULT_TREE_SIZE, PPDDrafter, load_prompt_tokens
-    from .models import self_draft_folder
-    if target is None:
-        raise ValueError("ppd drafts from the target's own forward: it needs the target")
-    param = next(target.model.parameters())
-    tokens, pcfg = load_prompt_tokens(self_draft_folder("ppd prompt tokens", draft, target.name), dtype=param.dtype,
-                                      device=param.device)
-    _check_self_draft(target, pcfg.hidden_size, "prompt tokens")
-    size = config.tree_size if config is not None and config.tree_size else DEFAULT_TREE_SIZE
-    return PPDDrafter(tokens, pcfg, target.model.get_output_embeddings(), tree_size=size)
+def _self_draft(kind: str, method: str) -> Callable[[Any, LoadedModel | None, DecodeConfig | None], Drafter]:
+    """Builder of a self-drafting method (``kind``: "medusa heads" or "ppd prompt tokens"): the weights from a
+    folder or zoo name, or the target's own in the zoo when none is named, on the target's LM head."""
+    def build(draft: str | Path | None, target: LoadedModel | None, config: DecodeConfig | None) -> Drafter:
+        from .drafters import medusa, ppd
+        from .models import self_draft_folder
+        if target is None:
+            raise ValueError(f"{method} drafts from the target's own forward: it needs the target")
+        module, load = {"medusa heads": (medusa, medusa.load_heads),
+                        "ppd prompt tokens": (ppd, ppd.load_prompt_tokens)}[kind]
+        param = next(target.model.parameters())
+        weights, wcfg = load(self_draft_folder(kind, draft, target.name), dtype=param.dtype, device=param.device)
+        if wcfg.hidden_size != target.model.config.hidden_size:
+            raise ValueError(f"these {kind} were trained for hidden size {wcfg.hidden_size}, the target has "
+                             f"{target.model.config.hidden_size}")
+        size = config.tree_size if config is not None and config.tree_size else module.DEFAULT_TREE_SIZE
+        drafter = medusa.MedusaDrafter if kind == "medusa heads" else ppd.PPDDrafter
+        return drafter(weights, wcfg, target.model.get_output_embeddings(), tree_size=size)
+    return build
 
 
 def _medusa_size(drafter, profile, gamma):
@@ -93,8 +80,10 @@ REGISTRY: dict[str, Method] = {
     "prompt-lookup": Method(needs=None, build=lambda draft, target=None, config=None: PromptLookupDrafter()),
     "unigram": Method(needs="n-gram table", build=_ngram(1)),
     "bigram": Method(needs="n-gram table", build=_ngram(2)),
-    "medusa": Method(needs="medusa heads", build=_medusa, kind="self-drafting", choose_tree_size=_medusa_size),
-    "ppd": Method(needs="ppd prompt tokens", build=_ppd, kind="self-drafting", choose_tree_size=_ppd_size),
+    "medusa": Method(needs="medusa heads", build=_self_draft("medusa heads", "medusa"), kind="self-drafting",
+                     choose_tree_size=_medusa_size),
+    "ppd": Method(needs="ppd prompt tokens", build=_self_draft("ppd prompt tokens", "ppd"), kind="self-drafting",
+                  choose_tree_size=_ppd_size),
 }
 TREE_METHODS = tuple(m for m, spec in REGISTRY.items() if spec.choose_tree_size is not None)
 METHODS = tuple(REGISTRY)

@@ -140,7 +140,8 @@ class CachedModel:
         position_ids, mask = (None, None) if chain else self._tree_inputs(keep, m, parents)
         if n_prompt:
             embed = self.model.get_input_embeddings()
-            inputs = {"inputs_embeds": torch.cat([embed(new), prompt_embeds.to(embed.weight)[None]], dim=1)}  # [1, M+N+P, H]
+            # [1, M+N+P, H]: the tokens' embeddings, then the prompt nodes' own
+            inputs = {"inputs_embeds": torch.cat([embed(new), prompt_embeds.to(embed.weight)[None]], dim=1)}
             keep_rows = torch.arange(m - 1, m + n, device=self.device)  # logits for the root and the N candidates
         else:
             inputs, keep_rows = {"input_ids": new}, n + 1

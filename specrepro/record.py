@@ -17,7 +17,7 @@ class GenerationRecord:
     accept_lengths: list[int] = field(default_factory=list)  # draft tokens accepted, one per verifying target call
     proposed_lengths: list[int] = field(default_factory=list)  # depth of the proposal (its longest root path)
     gammas: list[int] = field(default_factory=list)  # γ asked of the drafter at each step (varies with --gamma auto)
-    tree_sizes: list[int] = field(default_factory=list)  # candidates scored per verifying target call (= γ for a chain)
+    tree_sizes: list[int] = field(default_factory=list)  # candidates scored per verifying call (= γ for a chain)
     # tree positions scored per target call: the root + candidates + prompt nodes (PPD's S_input)
     input_lengths: list[int] = field(default_factory=list)
     time_draft_s: float = 0.0

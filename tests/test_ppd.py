@@ -257,3 +257,30 @@ def test_the_loss_falls_and_accuracies_are_measured(kd):
     assert float(loss.detach()) < first - 0.05
     acc, anchors = topk_accuracy(model, student, examples, cfg)
     assert acc.shape == (2, 5) and np.all(np.diff(acc, axis=1) >= 0) and anchors == 3 * 22
+
+
+def test_ppd_in_the_bench_predicts_from_input_lengths(tmp_path):
+    from conftest import loaded
+    from specrepro.bench import BenchConfig, BenchPrompt, run_bench
+    from specrepro.bench_summary import predicted_for_trees
+    from specrepro.metrics.profile import Profile
+    target = loaded(tiny_model(vocab_size=64, n_layers=2, hidden=H, seed=2))
+    prompts = [BenchPrompt("a", [5, 7, 9, 11, 5, 7]), BenchPrompt("b", [3, 4, 3, 4, 3])]
+    cfg = BenchConfig(methods=("ar", "ppd"), target="tiny", prompts="test", max_new_tokens=10, gamma=3,
+                      warmup_tokens=2, cost_repeats=2, tree_size=8)
+    result = run_bench(cfg, tmp_path, target=target, prompts=prompts, progress=False,
+                       drafters={"ppd": ppd_drafter(target.model, size=20)})
+    row = {r["method"]: r for r in result.summary}["ppd"]
+    assert row["identical_to_ar"] == 1.0 and row["n"] == 2 and row["alpha"] is None
+    assert result.provenance["tree_sizes"]["ppd"] == {"size": 8, "reason": "named"}
+    records = [r for r in result.records if r["method"] == "ppd"]
+    assert all(len(r["input_lengths"]) == r["target_calls"] for r in records)
+    profile = Profile.from_dict(result.provenance["sessions"][0]["profiles"]["fp32"])
+    assert row["predicted_speedup"] == pytest.approx(predicted_for_trees(records, profile, profile.l_fp(1)))
+
+
+def test_acceptance_is_a_named_rule_and_exact_by_default():
+    assert DecodeConfig().acceptance == "exact" and TREE_RULES["exact"].lossless
+    assert not TREE_RULES["typical"].lossless
+    with pytest.raises(ValueError, match="acceptance must be one of"):
+        DecodeConfig(acceptance="lenient")

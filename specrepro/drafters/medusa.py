@@ -18,16 +18,15 @@ number of heads, target, the rank probabilities of every head measured on held-o
 """
 from __future__ import annotations
 
-import json
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import numpy as np
 import torch
-from safetensors.torch import load_file, save_file
 
 from ..config import SamplingConfig
 from .base import Drafter, Proposal, StepFeedback
+from .weights import read_folder, save_folder
 
 MEDUSA_CONFIG = "medusa_config.json"
 DEFAULT_TREE_SIZE = 16  # nodes, when neither --tree-size nor a device profile chooses
@@ -64,22 +63,15 @@ def head_logits(heads: MedusaHeads, lm_head: torch.nn.Module, hidden: torch.Tens
 
 
 def save_heads(heads: MedusaHeads, config: MedusaConfig, folder: str | Path) -> Path:
-    folder = Path(folder)
-    folder.mkdir(parents=True, exist_ok=True)
-    save_file({k: v.detach().float().contiguous() for k, v in heads.state_dict().items()}, str(folder / WEIGHTS))
-    (folder / MEDUSA_CONFIG).write_text(json.dumps(asdict(config), indent=1) + "\n")
-    return folder
+    return save_folder(folder, heads.state_dict(), WEIGHTS, MEDUSA_CONFIG, asdict(config))
 
 
 def load_heads(folder: str | Path, dtype: torch.dtype = torch.float32,
                device: str | torch.device = "cpu") -> tuple[MedusaHeads, MedusaConfig]:
-    folder = Path(folder)
-    if not (folder / MEDUSA_CONFIG).is_file():
-        raise ValueError(f"{folder} holds no Medusa heads ({MEDUSA_CONFIG} is missing)")
-    d = json.loads((folder / MEDUSA_CONFIG).read_text())
-    config = MedusaConfig(**{**d, "rank_probs": tuple(tuple(r) for r in d.get("rank_probs", ()))})
+    d, tensors = read_folder(folder, WEIGHTS, MEDUSA_CONFIG, "Medusa heads")
+    config = MedusaConfig(**d)
     heads = MedusaHeads(config.hidden_size, config.num_heads)
-    heads.load_state_dict(load_file(str(folder / WEIGHTS)))
+    heads.load_state_dict(tensors)
     return heads.to(device=device, dtype=dtype).eval().requires_grad_(False), config
 
 

@@ -26,17 +26,16 @@ e, target, the measured rank probabilities per distance) and, when trained here,
 """
 from __future__ import annotations
 
-import json
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import numpy as np
 import torch
-from safetensors.torch import load_file, save_file
 
 from ..config import SamplingConfig
 from .base import Drafter, PromptNodes, Proposal, StepFeedback
 from .medusa import paths_to_parents
+from .weights import read_folder, save_folder
 
 PPD_CONFIG = "ppd_config.json"
 WEIGHTS = "prompt_tokens.safetensors"
@@ -93,21 +92,14 @@ def ept_block_mask(m: int, e: int, kind: str = "ensemble") -> torch.Tensor:
 
 
 def save_prompt_tokens(tokens: PromptTokens, config: PPDConfig, folder: str | Path) -> Path:
-    folder = Path(folder)
-    folder.mkdir(parents=True, exist_ok=True)
-    save_file({"embeds": tokens.embeds.detach().float().contiguous()}, str(folder / WEIGHTS))
-    (folder / PPD_CONFIG).write_text(json.dumps(asdict(config), indent=1) + "\n")
-    return folder
+    return save_folder(folder, {"embeds": tokens.embeds}, WEIGHTS, PPD_CONFIG, asdict(config))
 
 
 def load_prompt_tokens(folder: str | Path, dtype: torch.dtype = torch.float32,
                        device: str | torch.device = "cpu") -> tuple[PromptTokens, PPDConfig]:
-    folder = Path(folder)
-    if not (folder / PPD_CONFIG).is_file():
-        raise ValueError(f"{folder} holds no PPD prompt tokens ({PPD_CONFIG} is missing)")
-    d = json.loads((folder / PPD_CONFIG).read_text())
-    config = PPDConfig(**{**d, "rank_probs": tuple(tuple(r) for r in d.get("rank_probs", ()))})
-    embeds = load_file(str(folder / WEIGHTS))["embeds"]  # [m, e, H]
+    d, tensors = read_folder(folder, WEIGHTS, PPD_CONFIG, "PPD prompt tokens")
+    config = PPDConfig(**d)
+    embeds = tensors["embeds"]  # [m, e, H]
     if tuple(embeds.shape) != (config.prompt_tokens, config.epts, config.hidden_size):
         raise ValueError(f"{folder}: prompt-token embeddings of shape {tuple(embeds.shape)} do not match the config "
                          f"(m = {config.prompt_tokens}, e = {config.epts}, H = {config.hidden_size})")
