@@ -284,3 +284,57 @@ def test_acceptance_is_a_named_rule_and_exact_by_default():
     assert not TREE_RULES["typical"].lossless
     with pytest.raises(ValueError, match="acceptance must be one of"):
         DecodeConfig(acceptance="lenient")
+
+
+def test_prefix_tuning_reaches_only_its_own_prompt_token():
+    """Table 4: the prefix of distance d changes prompt token d's guess and nothing else."""
+    model = tiny_model(vocab_size=32, n_layers=2, hidden=16, seed=5).requires_grad_(False)
+    cfg = PPDTrainConfig(prompt_tokens=3, epts=1, prefix=True, max_len=24)
+    student = Student(cfg, torch.randn(3, 16, generator=torch.Generator().manual_seed(0)), model)
+    prefix = run_prefix(model, synthetic(1, vocab=32)[0], cfg)
+    anchors = torch.tensor([3, 9])
+    with torch.no_grad():
+        before = student_logits(model, student, prefix, anchors, cfg)
+        student.prefix_kv[:, :, :, 1] += torch.randn_like(student.prefix_kv[:, :, :, 1])
+        after = student_logits(model, student, prefix, anchors, cfg)
+    assert torch.allclose(before[:, 0], after[:, 0], atol=1e-6) and not torch.allclose(before[:, 1], after[:, 1])
+    assert prefix.cache.get_seq_length() == 24  # prefixes and prompt nodes both gone again
+
+
+def test_multi_exit_and_custom_head():
+    """Table 8 averages norm(layer output) of the last k layers before the LM head; Table 5's head starts as the
+    LM head (so its first guesses are the plain ones) and, in 2 stages, waits for the first half."""
+    from specrepro.training.ppd import optimizer
+    model = tiny_model(vocab_size=32, n_layers=3, hidden=16, seed=5).requires_grad_(False)
+    prefix_cfg = PPDTrainConfig(prompt_tokens=2, epts=1, max_len=24)
+    init = torch.randn(2, 16, generator=torch.Generator().manual_seed(0))
+    ex = synthetic(1, vocab=32)[0]
+    anchors = torch.tensor([4])
+    plain = student_logits(model, Student(prefix_cfg, init), run_prefix(model, ex, prefix_cfg), anchors, prefix_cfg)
+    head_cfg = PPDTrainConfig(prompt_tokens=2, epts=1, max_len=24, head="2-stage", steps=10)
+    student = Student(head_cfg, init, model)
+    with torch.no_grad():
+        torch.testing.assert_close(student_logits(model, student, run_prefix(model, ex, head_cfg), anchors, head_cfg),
+                                   plain)
+    opt, sched = optimizer(student, head_cfg)
+    lrs = []
+    for _ in range(10):
+        lrs.append([g["lr"] for g in opt.param_groups])
+        opt.step()
+        sched.step()
+    assert lrs[4][1] == 0.0 and lrs[5][1] > 0 and lrs[5][0] < 0.2 * lrs[0][0]
+
+    cfg = PPDTrainConfig(prompt_tokens=2, epts=1, max_len=24, exits=2)
+    outs = []
+    hooks = [layer.register_forward_hook(lambda mod, i, o: outs.append(o[0] if isinstance(o, tuple) else o))
+             for layer in model.model.layers]
+    try:
+        with torch.no_grad():
+            got = student_logits(model, Student(cfg, init), run_prefix(model, ex, cfg), anchors, cfg)
+    finally:
+        for h in hooks:
+            h.remove()
+    last_two = outs[-2:]  # the group forward's layer 2 and layer 3 outputs, [1, 2, H] each
+    norm = model.model.norm
+    want = model.lm_head((norm(last_two[0][0]) + norm(last_two[1][0])) / 2).log_softmax(-1)  # [2, V]
+    torch.testing.assert_close(got[0], want, atol=1e-5, rtol=1e-5)

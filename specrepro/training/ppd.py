@@ -18,9 +18,12 @@
 6. ``DIR/prompt_tokens`` gets the embeddings, their config (with the rank probabilities) and the training record;
    a run that stops keeps ``DIR/checkpoint.pt`` and resumes from it.
 
-The paper's ablations that are a setting here: EPT count (Table 2), KD or not (Table 3), the EPT attention mask
-(Table 6), learned EPT weights instead of the average (Table 7) and the multi-exit ensemble (Table 8: the prompt
-token's post-norm states of the last k layers averaged before the LM head).
+The paper's ablations are settings here: EPT count (Table 2), KD or not (Table 3), prefix tuning (Table 4: one
+trained key/value per layer for each prompt token, seen by that prompt token only), a custom decoding head for the
+prompt tokens (Table 5: a copy of the LM head trained with them, in one stage or after the prompt tokens alone),
+the EPT attention mask (Table 6), learned EPT weights instead of the average (Table 7) and the multi-exit ensemble
+(Table 8: the prompt token's normed states of the last k layers averaged before the LM head). Only the default
+recipe (no prefix, no head, one exit, ensemble mask, averaged EPTs) is saved as an inference folder.
 """
 from __future__ import annotations
 
@@ -44,6 +47,7 @@ from ..provenance import atomic_write_text, git_revision
 from .medusa import MedusaTrainConfig, data_config
 
 AGGREGATIONS = ("average", "learned")
+HEADS = ("none", "1-stage", "2-stage")
 
 
 @dataclass(frozen=True)
@@ -64,6 +68,8 @@ class PPDTrainConfig:
     mask: str = "ensemble"  # EPT attention mask (Table 6): ensemble | decoder | encoder
     aggregation: str = "average"  # EPT logits: average | learned (Table 7: learned scalar weights)
     exits: int = 1  # multi-exit ensemble (Table 8): average the last k layers' normed states; 1 = off
+    prefix: bool = False  # prefix tuning (Table 4): one trained key/value per layer for each prompt token
+    head: str = "none"  # custom decoding head for the prompt tokens (Table 5): none | 1-stage | 2-stage
     k_max: int = 10  # top-k accuracies measured on held-out data (the tree's ranks)
     val_conversations: int = 0  # held-out conversations evaluated; 0 = all (every 20th)
     val_every: int = 100  # steps between held-out losses (on 4 conversations)
@@ -74,6 +80,8 @@ class PPDTrainConfig:
             raise ValueError(f"mask must be one of {EPT_MASKS}, got {self.mask!r}")
         if self.aggregation not in AGGREGATIONS:
             raise ValueError(f"aggregation must be one of {AGGREGATIONS}, got {self.aggregation!r}")
+        if self.head not in HEADS:
+            raise ValueError(f"head must be one of {HEADS}, got {self.head!r}")
         if self.prompt_tokens < 1 or self.epts < 1 or self.exits < 1 or self.anchors < 1 or self.steps < 0:
             raise ValueError("prompt_tokens, epts, exits and anchors must be >= 1 and steps >= 0")
 
@@ -82,12 +90,23 @@ class PPDTrainConfig:
 
 
 class Student(torch.nn.Module):
-    """What trains: the prompt tokens, and the EPT weights when aggregation is "learned"."""
+    """What trains: the prompt tokens; the EPT weights when aggregation is "learned" (Table 7); with ``model``
+    given, a key/value prefix per layer and prompt token (``cfg.prefix``, Table 4) and a decoding head of the
+    prompt tokens' own, initialised as the target's LM head (``cfg.head``, Table 5)."""
 
-    def __init__(self, cfg: PPDTrainConfig, init: torch.Tensor):
+    def __init__(self, cfg: PPDTrainConfig, init: torch.Tensor, model: torch.nn.Module | None = None):
         super().__init__()
         self.tokens = PromptTokens(init.shape[-1], cfg.prompt_tokens, cfg.epts, init=init)
         self.weights = torch.nn.Parameter(torch.full((cfg.epts,), 1.0 / cfg.epts)) if cfg.aggregation == "learned" else None
+        self.prefix_kv = self.head = None
+        if cfg.prefix:
+            c = model.config
+            shape = (c.num_hidden_layers, 2, c.num_key_value_heads, cfg.prompt_tokens, c.hidden_size // c.num_attention_heads)
+            self.prefix_kv = torch.nn.Parameter(torch.zeros(shape))  # [layers, k|v, KV heads, m, head dim]
+        if cfg.head != "none":
+            lm = model.get_output_embeddings()
+            self.head = torch.nn.Linear(lm.in_features, lm.out_features, bias=False)
+            self.head.weight.data.copy_(lm.weight.detach().float())
 
     def aggregate(self, logits: torch.Tensor) -> torch.Tensor:
         """EPT logits [..., e, V] -> one guess per prompt token [..., V]: the mean (§3.2) or Σ_j w_j logits_j (B.6)."""
@@ -138,6 +157,17 @@ def group_inputs(anchors: torch.Tensor, n_cached: int, cfg: PPDTrainConfig) -> t
     return positions, mask[None, None]
 
 
+def prefix_mask(mask: torch.Tensor, n_cached: int, cfg: PPDTrainConfig) -> torch.Tensor:
+    """Insert m prefix columns after x[:L] into a group mask [1, 1, Q, L+Q]: the prompt nodes of distance d see
+    prefix d only (Fig. 10); no real token ever sees a prefix."""
+    m, e = cfg.prompt_tokens, cfg.epts
+    q = mask.shape[2]
+    d = torch.arange(m).repeat_interleave(e).repeat(q // (m * e))  # [Q] distance index of each node
+    extra = torch.full((q, m), torch.finfo(mask.dtype).min)
+    extra[torch.arange(q), d] = 0.0
+    return torch.cat([mask[..., :n_cached], extra[None, None], mask[..., n_cached:]], dim=-1)
+
+
 def student_logits(model: torch.nn.Module, student: Student, prefix: Prefix, anchors: torch.Tensor,
                    cfg: PPDTrainConfig) -> torch.Tensor:
     """Each anchor's prompt-token guesses [R, m, V] (log-probabilities) from one forward over the cached prefix."""
@@ -145,17 +175,28 @@ def student_logits(model: torch.nn.Module, student: Student, prefix: Prefix, anc
     n_cached = prefix.tokens.numel()
     positions, mask = group_inputs(anchors, n_cached, cfg)
     embeds = student.tokens.embeds.reshape(1, m * e, h).expand(anchors.numel(), -1, -1).reshape(1, -1, h)  # [1, Q, H]
+    added = positions.shape[1]
+    if student.prefix_kv is not None:  # prefix tuning: m trained positions after x in every layer (Fig. 10)
+        for i, layer in enumerate(prefix.cache.layers):
+            layer.keys = torch.cat([layer.keys, student.prefix_kv[i, 0][None].to(layer.keys)], dim=2)  # [1, KV, L+m, D]
+            layer.values = torch.cat([layer.values, student.prefix_kv[i, 1][None].to(layer.values)], dim=2)
+        mask = prefix_mask(mask, n_cached, cfg)
+        added += m
+    custom = student.head is not None
     out = model(inputs_embeds=embeds, attention_mask=mask, position_ids=positions, past_key_values=prefix.cache,
-                use_cache=True, output_hidden_states=cfg.exits > 1, logits_to_keep=0 if cfg.exits == 1 else 1)
-    prefix.cache.crop(-positions.shape[1])  # drop the prompt nodes' entries: the next forward sees x alone again
+                use_cache=True, output_hidden_states=cfg.exits > 1 or custom,
+                logits_to_keep=1 if cfg.exits > 1 or custom else 0)
+    prefix.cache.crop(-added)  # drop the prompt nodes' (and prefixes') entries: the next forward sees x alone again
     for layer in prefix.cache.layers:  # (and no autograd history through the kept slices)
         layer.keys, layer.values = layer.keys.detach(), layer.values.detach()
+    head = student.head if custom else model.get_output_embeddings()
     if cfg.exits == 1:
-        logits = out.logits[0]  # [Q, V]
-    else:  # multi-exit: the last k layers' states through the final norm, averaged (Table 8)
-        norm = model.get_decoder().norm if hasattr(model, "get_decoder") else model.model.norm
-        states = torch.stack([norm(s[0]) for s in out.hidden_states[-cfg.exits - 1:-1]])  # [k, Q, H]
-        logits = model.get_output_embeddings()(states.mean(0))  # [Q, V]
+        logits = out.logits[0] if not custom else head(out.hidden_states[-1][0])  # [Q, V]
+    else:  # multi-exit: the last k layers' states through the final norm, averaged (Table 8). hidden_states is
+        # (embeddings, layer 1, …, layer N−1, norm(layer N)): the last entry is already normed.
+        norm = model.get_decoder().norm
+        states = [out.hidden_states[-1][0]] + [norm(s[0]) for s in out.hidden_states[-cfg.exits:-1]]  # k × [Q, H]
+        logits = head(torch.stack(states).mean(0))  # [Q, V]
     logits = logits.float().reshape(anchors.numel(), m, e, -1)  # [R, m, e, V]
     return student.aggregate(logits).log_softmax(-1)  # [R, m, V]
 
@@ -201,6 +242,29 @@ def topk_accuracy(model: torch.nn.Module, student: Student, examples: list[Examp
     return hits / np.maximum(counts, 1)[:, None], int(counts[0])
 
 
+HEAD_LR_SCALE = 0.1  # the custom head's learning rate relative to the prompt tokens' (and stage 2's for both)
+
+
+def optimizer(student: Student, cfg: PPDTrainConfig):
+    """AdamW with the paper's cosine schedule from ``lr`` (no warm-up). A custom head (Table 5) trains at
+    lr·HEAD_LR_SCALE; "2-stage": the head waits for the first half, then both go on at the smaller rate."""
+    head = list(student.head.parameters()) if student.head is not None else []
+    rest = [p for p in student.parameters() if all(p is not h for h in head)]
+    groups = [{"params": rest, "lr": cfg.lr}] + ([{"params": head, "lr": cfg.lr * HEAD_LR_SCALE}] if head else [])
+    opt = torch.optim.AdamW(groups, lr=cfg.lr, weight_decay=0.0)
+    half = cfg.steps // 2
+
+    def cosine(s: int) -> float:
+        return 0.5 * (1 + np.cos(np.pi * min(s, cfg.steps) / max(cfg.steps, 1)))
+
+    def rest_lr(s: int) -> float:
+        return cosine(s) * (HEAD_LR_SCALE if cfg.head == "2-stage" and s >= half else 1.0)
+
+    def head_lr(s: int) -> float:
+        return 0.0 if cfg.head == "2-stage" and s < half else cosine(s)
+    return opt, torch.optim.lr_scheduler.LambdaLR(opt, [rest_lr, head_lr][:len(groups)])
+
+
 def train_ppd(cfg: PPDTrainConfig, out: str | Path, target: LoadedModel | None = None,
               command: list[str] | None = None, progress: bool = True, data: str | Path | None = None) -> dict:
     """The whole recipe (module docstring); ``target`` defaults to the zoo target in fp32 (tests pass a tiny one);
@@ -229,9 +293,8 @@ def train_ppd(cfg: PPDTrainConfig, out: str | Path, target: LoadedModel | None =
 
     # 2-4. Train the prompt tokens (and EPT weights); resumable from DIR/checkpoint.pt.
     torch.manual_seed(cfg.seed)
-    student = Student(cfg, init_embeddings(model, cfg))
-    opt = torch.optim.AdamW(student.parameters(), lr=cfg.lr, weight_decay=0.0)
-    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: 0.5 * (1 + np.cos(np.pi * min(s, cfg.steps) / max(cfg.steps, 1))))
+    student = Student(cfg, init_embeddings(model, cfg), model)
+    opt, sched = optimizer(student, cfg)
     g = torch.Generator().manual_seed(cfg.seed)
     losses, vals, start, train_s = [], [], 0, 0.0
     ckpt = out / "checkpoint.pt"
@@ -297,7 +360,7 @@ def train_ppd(cfg: PPDTrainConfig, out: str | Path, target: LoadedModel | None =
         "times_s": {k: round(v, 1) for k, v in times.items()},
         "versions": {"torch": torch.__version__, "python": sys.version.split()[0]},
     }
-    if cfg.aggregation == "average" and cfg.exits == 1 and cfg.mask == "ensemble":
+    if cfg.aggregation == "average" and cfg.exits == 1 and cfg.mask == "ensemble" and not cfg.prefix and cfg.head == "none":
         config = PPDConfig(hidden_size=hsize, prompt_tokens=cfg.prompt_tokens, epts=cfg.epts, target=cfg.target,
                            rank_probs=tuple(tuple(round(float(x), 6) for x in row) for row in rank_probs))
         save_prompt_tokens(student.tokens, config, out / "prompt_tokens")

@@ -1,4 +1,4 @@
-"""The PPD paper's training ablations (Appendix B, Tables 2, 3, 6, 7, 8) at a size a 2-core CPU affords.
+"""The PPD paper's training ablations (Appendix B, Tables 2–8) at a size a 2-core CPU affords.
 
     python -m specrepro.training.ppd_ablations --out runs/ppd-ablations --data runs/ppd/data [--steps 200]
 
@@ -6,9 +6,6 @@ Every row trains prompt tokens from the same initialisation seed on the same dat
 and anchors (the same budget), and is measured the same way: top-k accuracy of each prompt token against the
 target's argmax on the same held-out conversations (``specrepro.training.ppd``). One folder per row under
 ``--out`` (resumable: a finished row is not trained again); ``--out/ablations.json`` gathers their records.
-
-Not reproduced: prefix tuning (Table 4) and a custom decoding head (Table 5), which need trainable key/value
-prefixes and a second LM head.
 """
 from __future__ import annotations
 
@@ -31,6 +28,9 @@ ABLATIONS: dict[str, tuple[str, dict]] = {
     "ept1-no-kd": ("Table 3", {"kd": False}),
     "ept4-no-kd": ("Table 3", {"epts": 4, "kd": False}),
     "ept1-quarter-steps": ("Table 3", {"steps": None}),  # a quarter of the budget: the "epochs" axis
+    "ept1-prefix-tuning": ("Table 4", {"prefix": True}),
+    "ept1-head-1-stage": ("Table 5", {"head": "1-stage"}),
+    "ept1-head-2-stage": ("Table 5", {"head": "2-stage"}),
     "ept4-decoder-mask": ("Table 6", {"epts": 4, "mask": "decoder"}),
     "ept4-encoder-mask": ("Table 6", {"epts": 4, "mask": "encoder"}),
     "ept4-learned-weights": ("Table 7", {"epts": 4, "aggregation": "learned"}),
