@@ -66,7 +66,8 @@ __all__ = ["SUMMARY_COLUMNS", "BenchConfig", "BenchPrompt", "BenchResult", "Resu
            "target_corpus"]
 
 ALL_METHODS = (*METHODS, *HF_METHODS)
-DRAFT_MODEL_METHODS = ("speculative", "hf-assisted")  # methods that run a draft model (c > 0)
+# methods that run a draft model (c > 0): the registry's, and transformers' assisted generation
+DRAFT_MODEL_METHODS = (*(m for m, spec in REGISTRY.items() if spec.kind == "draft model"), "hf-assisted")
 DTYPE_FIELDS = ("auto", "bf16", "fp16", "fp32")
 
 

@@ -18,6 +18,7 @@ from pathlib import Path
 
 from simulations.speculative import expected_speedup, expected_tokens
 
+from . import record
 from .hf_baselines import COUNTERPART
 from .metrics.profile import Latency, Profile
 
@@ -67,12 +68,9 @@ def predicted_for_trees(records: list[dict], profile: Profile, baseline_decode_s
 
 
 def pooled_alpha(records: list[dict]) -> float | None:
-    accepted = tested = 0
-    for r in records:
-        for a, g in zip(r["accept_lengths"], r["proposed_lengths"]):
-            accepted += a
-            tested += a + (a < g)  # every accepted draft plus the first rejected one
-    return accepted / tested if tested else None
+    """α pooled over every step of ``records`` (``record.pooled_alpha`` on their concatenated steps)."""
+    return record.pooled_alpha([a for r in records for a in r["accept_lengths"]],
+                               [g for r in records for g in r["proposed_lengths"]])
 
 
 def pooled_profile(profiles: list[Profile]) -> Profile:

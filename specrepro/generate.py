@@ -30,6 +30,10 @@ class Method:
     # (drafter, device profile, γ) -> (hardware-aware tree size, why) for token-tree drafters; None otherwise
     choose_tree_size: Callable[[Drafter, Any, int | str], tuple[int, str]] | None = None
 
+    def describe(self) -> dict:
+        """The method as data, for every record's provenance (with the config's γ, tree size and rule)."""
+        return {"kind": self.kind, "needs": self.needs, "token_tree": self.choose_tree_size is not None}
+
 
 def _ngram(order: int) -> Callable[[Any, LoadedModel | None, DecodeConfig | None], Drafter]:
     def build(draft: NGramTable | str | Path, target=None, config=None) -> Drafter:
@@ -172,7 +176,9 @@ def generate_ids(target: LoadedModel, prompt_ids, config: DecodeConfig,
     else:
         raise ValueError(f"unknown method {config.method!r}; choose one of {', '.join(METHODS)}")
     rec.provenance = {"dtype": str(next(target.model.parameters()).dtype).replace("torch.", ""),
-                      "device": str(next(target.model.parameters()).device), **(provenance or {}), **rec.provenance}
+                      "device": str(next(target.model.parameters()).device),
+                      "method": {"name": config.method, **REGISTRY[config.method].describe()},
+                      **(provenance or {}), **rec.provenance}
     if target.tokenizer is not None:
         rec.text = target.tokenizer.decode(rec.token_ids, skip_special_tokens=True)
     return rec

@@ -5,6 +5,17 @@ import dataclasses
 from dataclasses import dataclass, field
 
 
+def tested(accept_lengths: list[int], proposed_lengths: list[int]) -> int:
+    """Draft tokens that met an accept test over some steps: every accepted one plus the first rejected one."""
+    return sum(a + (a < g) for a, g in zip(accept_lengths, proposed_lengths))
+
+
+def pooled_alpha(accept_lengths: list[int], proposed_lengths: list[int]) -> float | None:
+    """α pooled over steps: accepted / tested (the one home of this formula; records and bench summaries use it)."""
+    n = tested(accept_lengths, proposed_lengths)
+    return sum(accept_lengths) / n if n else None
+
+
 @dataclass
 class GenerationRecord:
     method: str
@@ -34,13 +45,12 @@ class GenerationRecord:
     @property
     def tested(self) -> int:
         """Draft tokens that met an accept test: all accepted ones plus the first rejected one."""
-        return sum(a + (a < g) for a, g in zip(self.accept_lengths, self.proposed_lengths))
+        return tested(self.accept_lengths, self.proposed_lengths)
 
     @property
     def alpha(self) -> float | None:
         """Empirical acceptance rate α: accepted / tested (the maximum-likelihood α for i.i.d. accepts)."""
-        tested = self.tested
-        return sum(self.accept_lengths) / tested if tested else None
+        return pooled_alpha(self.accept_lengths, self.proposed_lengths)
 
     @property
     def tokens_per_s(self) -> float:
