@@ -4,9 +4,10 @@
         --target smollm2-135m-instruct --draft smollm2-135m-draft --suite mixed --max-new-tokens 64 \\
         --temperature 0 --gamma 4 --dtype auto --repeats 1 --out runs/bench
 
-A method may be listed as a *variant* with its own dtype and γ, so one run compares them side by side:
-``speculative:fp32:g2``, ``prompt-lookup:bf16:gauto``, ``ar:fp32`` (fields after the name in any order: a dtype
-bf16 | fp16 | fp32 | auto, and gN or gauto). Unset fields take ``--dtype`` and ``--gamma``.
+A method may be listed as a *variant* with its own dtype, γ, tree size and acceptance rule, so one run compares
+them side by side: ``speculative:fp32:g2``, ``prompt-lookup:bf16:gauto``, ``ar:fp32``, ``ppd:t20``,
+``medusa:typical`` (fields after the name in any order: a dtype bf16 | fp16 | fp32 | auto, gN or gauto, tN, and a
+rule exact | greedy | typical). Unset fields take ``--dtype``, ``--gamma``, ``--tree-size`` and ``--acceptance``.
 
 How the timings are kept fair:
 
@@ -50,7 +51,7 @@ import torch
 from .adaptive import AdaptiveGamma, FixedGamma
 from .bench_summary import (SUMMARY_COLUMNS, format_summary, mismatches, pooled_profile, predicted_speedup,
                             read_summary, summarize, write_summary)
-from .config import DecodeConfig, SamplingConfig
+from .config import ACCEPTANCE_RULES, DecodeConfig, SamplingConfig
 from .decoding import eos_ids, model_device
 from .drafters import Drafter
 from .generate import METHODS, REGISTRY, TREE_METHODS, drafter_for, encode_prompt, generate_ids, method_kind
@@ -84,16 +85,19 @@ class Variant:
     dtype: str | None  # bf16 | fp16 | fp32 | auto, or None for the run's default
     gamma: int | str  # γ or "auto"
     tree_size: int | None = None  # tN: nodes of the draft tree; None: --tree-size, else hardware-aware
+    acceptance: str | None = None  # exact | greedy | typical (LOSSY); None: --acceptance
 
     @classmethod
     def parse(cls, label: str, default_dtype: str | None, default_gamma: int | str) -> "Variant":
         method, *fields = label.split(":")
         if method not in ALL_METHODS:
             raise ValueError(f"unknown method {method!r} in {label!r}; choose from {', '.join(ALL_METHODS)}")
-        dtype, gamma, tree_size = default_dtype, default_gamma, None
+        dtype, gamma, tree_size, acceptance = default_dtype, default_gamma, None, None
         for field in fields:
             if field in DTYPE_FIELDS:
                 dtype = field
+            elif field in ACCEPTANCE_RULES:
+                acceptance = field
             elif field.startswith("t") and field[1:].isdigit() and int(field[1:]) >= 1:
                 tree_size = int(field[1:])
             elif field == "gauto":
@@ -102,12 +106,14 @@ class Variant:
                 gamma = int(field[1:])
             else:
                 raise ValueError(f"bad field {field!r} in {label!r}: expected a dtype ({', '.join(DTYPE_FIELDS)}), "
-                                 f"gN (N >= 1), gauto or tN (tree size N >= 1)")
+                                 f"gN (N >= 1), gauto, tN (tree size N >= 1) or a rule ({', '.join(ACCEPTANCE_RULES)})")
         if gamma == "auto" and method in HF_METHODS:
             raise ValueError(f"{label}: gamma auto is our loop's policy; transformers' baselines take a fixed γ")
         if tree_size is not None and method not in TREE_METHODS:
             raise ValueError(f"{label}: a tree size (tN) is for token-tree drafters ({', '.join(TREE_METHODS)})")
-        return cls(label, method, dtype, gamma, tree_size)
+        if acceptance is not None and (method == "ar" or method in HF_METHODS):
+            raise ValueError(f"{label}: an acceptance rule is for our speculative loop")
+        return cls(label, method, dtype, gamma, tree_size, acceptance)
 
 
 @dataclass(frozen=True)
@@ -160,10 +166,11 @@ class BenchConfig:
         return SamplingConfig(temperature=self.temperature, top_k=self.top_k, top_p=self.top_p)
 
     def decode_config(self, method: str, repeat: int, max_new_tokens: int | None = None,
-                      gamma: int | str | None = None) -> DecodeConfig:
+                      gamma: int | str | None = None, acceptance: str | None = None) -> DecodeConfig:
         return DecodeConfig(method=method, max_new_tokens=max_new_tokens or self.max_new_tokens,
                             gamma=self.gamma if gamma is None else gamma, sampling=self.sampling(),
-                            tree_size=self.tree_size, acceptance=self.acceptance, seed=self.seed + repeat)
+                            tree_size=self.tree_size, acceptance=acceptance or self.acceptance,
+                            seed=self.seed + repeat)
 
     def to_dict(self) -> dict:
         return json.loads(json.dumps(dataclasses.asdict(self)))  # tuples -> lists, as read back
@@ -507,7 +514,7 @@ def run_bench(config: BenchConfig, out: str | Path, *, target: LoadedModel | Non
     def run_one(label: str, prompt: BenchPrompt, repeat: int, max_new_tokens: int | None = None):
         v = by_label[label]
         t, d = models.at(v.dtype)
-        dc = config.decode_config(v.method, repeat, max_new_tokens, gamma=v.gamma)
+        dc = config.decode_config(v.method, repeat, max_new_tokens, gamma=v.gamma, acceptance=v.acceptance)
         why = provenance["resolved_dtypes"][label]["reason"]
         if v.method in HF_METHODS:
             rec = hf_generate(v.method, t, prompt.ids, dc, eos, d)

@@ -338,3 +338,14 @@ def test_multi_exit_and_custom_head():
     norm = model.model.norm
     want = model.lm_head((norm(last_two[0][0]) + norm(last_two[1][0])) / 2).log_softmax(-1)  # [2, V]
     torch.testing.assert_close(got[0], want, atol=1e-5, rtol=1e-5)
+
+
+def test_bench_variants_take_a_tree_size_and_a_rule():
+    from specrepro.bench import Variant
+    v = Variant.parse("ppd:t20:typical:bf16", None, 3)
+    assert (v.method, v.tree_size, v.acceptance, v.dtype) == ("ppd", 20, "typical", "bf16")
+    assert Variant.parse("medusa", None, 3).acceptance is None
+    with pytest.raises(ValueError, match="tree size"):
+        Variant.parse("speculative:t8", None, 3)
+    with pytest.raises(ValueError, match="acceptance rule"):
+        Variant.parse("ar:typical", None, 3)
