@@ -27,6 +27,7 @@ e, target, the measured rank probabilities per distance) and, when trained here,
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
+from functools import lru_cache
 from pathlib import Path
 
 import numpy as np
@@ -111,10 +112,15 @@ def load_prompt_tokens(folder: str | Path, dtype: torch.dtype = torch.float32,
 
 def dynamic_tree(rank_probs, size: int, m: int):
     """The dynamic sparse tree of size n (§4.2: optimal candidate trees, greedy prompt removal, the candidate
-    counts per state searched for the largest R(T))."""
-    from simulations.ppd import optimal_tree
+    counts per state searched for the largest R(T)); cached, as the search takes a while for large n."""
     probs = np.asarray(rank_probs, dtype=np.float64)[:m]
-    return optimal_tree(probs, size, m=m)
+    return _dynamic_tree(probs.tobytes(), probs.shape, size, m)
+
+
+@lru_cache(maxsize=256)
+def _dynamic_tree(key: bytes, shape: tuple[int, int], size: int, m: int):
+    from simulations.ppd import optimal_tree
+    return optimal_tree(np.frombuffer(key, dtype=np.float64).reshape(shape), size, m=m)
 
 
 def input_lengths(tree, e: int) -> np.ndarray:
@@ -135,15 +141,19 @@ def tree_speed(rank_probs, size: int, m: int, e: int, l_fp) -> tuple[float, floa
     return tau, latency, tau * l_fp(1) / latency
 
 
-def hardware_tree_size(rank_probs, m: int, e: int, l_fp, max_input: int, n_max: int = 64) -> tuple[int, dict]:
+def hardware_tree_size(rank_probs, m: int, e: int, l_fp, max_input: int, n_max: int = 64,
+                       patience: int = 8) -> tuple[int, dict]:
     """The hardware-aware tree size (§4.2): the n maximising τ(n)/L_fp on this device's measured latencies, over
-    n = 2..n_max whose every state's input fits ``max_input`` positions (the profile's measured range).
+    n = 2..n_max whose every state's input fits ``max_input`` positions (the profile's measured range). τ(n) rises
+    ever more slowly while L_fp(n) keeps growing, so the scan stops ``patience`` sizes after the best so far.
     Returns (n, {n: (τ, mean L_fp, predicted speedup)}) for every n considered."""
     curve = {}
     for n in range(2, n_max + 1):
         if int(input_lengths(dynamic_tree(rank_probs, n, m), e).max()) > max_input:
             break
         curve[n] = tree_speed(rank_probs, n, m, e, l_fp)
+        if n - max(curve, key=lambda k: curve[k][2]) >= patience:
+            break
     if not curve:
         raise ValueError(f"no PPD tree fits {max_input} input positions")
     return max(curve, key=lambda n: curve[n][2]), curve
