@@ -59,6 +59,9 @@ class DecodeConfig:
             raise ValueError(f"tree_size must be an integer >= 1 (nodes of the draft tree), got {self.tree_size!r}")
         if self.acceptance not in ACCEPTANCE_RULES:
             raise ValueError(f"acceptance must be one of {ACCEPTANCE_RULES}, got {self.acceptance!r}")
+        if self.acceptance == "greedy" and not self.sampling.greedy:
+            raise ValueError(f"acceptance 'greedy' keeps the target's argmax, exact only at temperature 0 (got "
+                             f"{self.sampling.temperature}); use 'exact' to sample")
         if not isinstance(self.seed, int):
             raise ValueError(f"seed must be an integer, got {self.seed!r}")
 

@@ -68,7 +68,7 @@ def commit(ids: list[int], out: list[int], new: list[int], config: DecodeConfig,
 def draft_stream(seed: int) -> int:
     """The drafter's seed for a run seeded ``seed``: a stream independent of the acceptance rule's, so two methods
     (or two drafters) compared at one seed meet the same acceptance uniforms and target samples."""
-    return int(np.random.SeedSequence([seed, 1]).generate_state(1, dtype=np.uint64)[0] >> 1)
+    return int(np.random.SeedSequence([seed & (2**64 - 1), 1]).generate_state(1, dtype=np.uint64)[0] >> 1)
 
 
 @dataclass

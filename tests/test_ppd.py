@@ -1,6 +1,8 @@
 """PPD: prompt tokens scored in the verification forward, the dynamic sparse tree, and their training pieces."""
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
 import torch
@@ -349,3 +351,49 @@ def test_bench_variants_take_a_tree_size_and_a_rule():
         Variant.parse("speculative:t8", None, 3)
     with pytest.raises(ValueError, match="acceptance rule"):
         Variant.parse("ar:typical", None, 3)
+
+
+def test_training_targets_by_hand():
+    """Prompt token d after anchor t learns the teacher's row t+d (KD) or token t+d+1 (no KD); targets past the
+    end or on tokens the target did not write drop out."""
+    from specrepro.training.ppd import Prefix, targets
+    g = torch.Generator().manual_seed(0)
+    tokens = torch.randint(0, 8, (10,), generator=g)
+    generated = torch.ones(10, dtype=torch.bool)
+    generated[6] = False  # a template token
+    logits = torch.randn(10, 8, generator=g)
+    prefix = Prefix(cache=None, logits=logits, tokens=tokens, generated=generated, usable=torch.arange(8))
+    anchors = torch.tensor([1, 4, 7])
+    assert targets(prefix, anchors, 1).tolist() == [True, False, True]  # token 6 is a template; token 9 exists
+    assert targets(prefix, anchors, 2).tolist() == [True, True, False]  # token 10 is past the end
+    cfg = PPDTrainConfig(prompt_tokens=2, epts=1, decay=0.5)
+    exact = torch.stack([logits[anchors + d].log_softmax(-1) for d in (1, 2)], dim=1)  # [R, m, V] = the teacher
+    assert float(loss_for(exact, prefix, anchors, cfg)) == pytest.approx(0.0, abs=1e-6)
+    uniform = torch.full((3, 2, 8), -np.log(8.0))
+    hard = loss_for(uniform, prefix, anchors, dataclasses.replace(cfg, kd=False))
+    assert float(hard) == pytest.approx((1 + 0.5) / 2 * np.log(8.0), rel=1e-6)
+
+
+def test_ppd_stops_inside_the_context():
+    """The last steps of a generation that fills the context cap the prompt nodes' depth (no position past it)."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+    torch.manual_seed(0)
+    model = LlamaForCausalLM(LlamaConfig(vocab_size=64, hidden_size=H, intermediate_size=64, num_hidden_layers=2,
+                                         num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=40))
+    model = model.eval().requires_grad_(False)
+    prompt = list(range(1, 11))
+    ar = autoregressive_generate(model, prompt, DecodeConfig(method="ar", max_new_tokens=30, stop_at_eos=False))
+    rec = speculative_generate(model, ppd_drafter(model, size=12), prompt,
+                               DecodeConfig(max_new_tokens=30, gamma=3, stop_at_eos=False), on_step=check_cache)
+    assert rec.token_ids == ar.token_ids and len(rec.token_ids) == 30
+
+
+def test_seeds_and_rules_are_checked():
+    target = tiny_model(vocab_size=64, n_layers=2, hidden=H, seed=2)
+    rec = speculative_generate(target, ppd_drafter(target), [1, 2, 3], DecodeConfig(max_new_tokens=5, seed=-3))
+    assert len(rec.token_ids) == 5  # a negative seed works as before the drafter got its own stream
+    with pytest.raises(ValueError, match="temperature 0"):
+        DecodeConfig(acceptance="greedy", sampling=SamplingConfig(temperature=1.0))
+    with pytest.raises(ValueError, match="cannot be resized"):
+        PPDDrafter(ppd_drafter(target).tokens, ppd_drafter(target).config, target.lm_head,
+                   tree=dynamic_tree(RANKS, 8, 3)).resized(10)

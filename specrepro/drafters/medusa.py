@@ -160,7 +160,9 @@ class MedusaDrafter(Drafter):
 
     def resized(self, tree_size: int) -> "MedusaDrafter":
         """The same heads drafting a tree of ``tree_size`` nodes."""
-        return MedusaDrafter(self.heads, self.config, self.lm_head, tree_size=tree_size, paths=self.paths)
+        if self.paths is not None:
+            raise ValueError("this Medusa drafter runs a tree given to it (paths): it cannot be resized")
+        return MedusaDrafter(self.heads, self.config, self.lm_head, tree_size=tree_size)
 
     def reset(self) -> None:
         self.hidden: torch.Tensor | None = None  # [H] the target's state that drew the newest committed token

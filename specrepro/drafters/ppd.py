@@ -217,6 +217,7 @@ class PPDDrafter(Drafter):
         if not config.rank_probs:
             raise ValueError("these prompt tokens carry no measured accuracies (rank_probs) to build a tree from")
         self.tokens, self.config, self.lm_head, self.tree_size = tokens, config, lm_head, tree_size
+        self.fixed_tree = tree is not None
         self.tree = tree if tree is not None else dynamic_tree(config.rank_probs, tree_size, config.prompt_tokens)
         self.k_max = len(config.rank_probs[0])
         self._layouts: dict[tuple[int, int], Layout] = {}
@@ -224,23 +225,31 @@ class PPDDrafter(Drafter):
 
     def resized(self, tree_size: int) -> "PPDDrafter":
         """The same prompt tokens on the dynamic sparse tree of ``tree_size``."""
+        if self.fixed_tree:
+            raise ValueError("this PPD drafter runs a tree given to it (static or random): it cannot be resized")
         return PPDDrafter(self.tokens, self.config, self.lm_head, tree_size=tree_size)
 
     def reset(self) -> None:
         self.anchor_hidden: torch.Tensor | None = None  # [k, e, H] the last accepted node's prompt-token states
         self._pending: Layout | None = None
 
-    def state_layout(self, k: int, depth: int) -> Layout:
-        """State k's layout with candidates no deeper than ``depth`` (k = 0: the root's prompt tokens only)."""
-        key = (k, depth)
+    def state_layout(self, k: int, gamma: int) -> Layout:
+        """State k's layout for a step of at most ``gamma`` drafts (k = 0: the root's prompt tokens only).
+
+        Candidates go no deeper than min(γ, k), and no prompt node deeper than γ+1 after the root: a guess that
+        far is more than the budget can use, and the loop's γ keeps γ+1 inside the context and the budget."""
+        depth = min(gamma, k)
+        key = (k, depth, min(gamma, self.config.prompt_tokens))
         if key not in self._layouts:
             if k == 0:
                 paths, prompts = (), ()
             else:
                 state = self.tree.states[k - 1]
                 kept = [i for i, p in enumerate(state.paths) if len(p) <= depth]
-                paths, prompts = [state.paths[i] for i in kept], [state.prompts[i] for i in kept]
-            self._layouts[key] = layout(paths, prompts, self.tree.root_prompts, self.config.epts)
+                paths = [state.paths[i] for i in kept]
+                prompts = [min(state.prompts[i], gamma + 1 - len(state.paths[i])) for i in kept]
+            root = min(self.tree.root_prompts, gamma + 1)
+            self._layouts[key] = layout(paths, prompts, root, self.config.epts)
         return self._layouts[key]
 
     def guesses(self) -> torch.Tensor:
@@ -254,7 +263,7 @@ class PPDDrafter(Drafter):
     def propose(self, ids: list[int], gamma: int, sampling: SamplingConfig,
                 generator: torch.Generator) -> Proposal:
         k = 0 if self.anchor_hidden is None else self.anchor_hidden.shape[0]
-        lay = self.state_layout(k, min(gamma, k))
+        lay = self.state_layout(k, gamma)
         self._pending = lay
         tokens = self.guesses()[lay.distance, lay.rank] if k else torch.empty(0, dtype=torch.long)  # [N]
         embeds = self.tokens.embeds.reshape(-1, self.tokens.embeds.shape[-1])[lay.prompt_embed]  # [P, H]

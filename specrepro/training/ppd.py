@@ -41,7 +41,8 @@ from tqdm import tqdm
 from transformers import DynamicCache
 
 from ..distill import Example, chat_format, generate_data, load_data, task_openings
-from ..drafters.ppd import EPT_MASKS, PPDConfig, PromptTokens, ept_block_mask, save_prompt_tokens
+from ..drafters.ppd import (EPT_MASKS, PPDConfig, PromptTokens, ept_block_mask, load_prompt_tokens,
+                            save_prompt_tokens)
 from ..models import LoadedModel, load_model
 from ..provenance import atomic_write_text, git_revision
 from .medusa import MedusaTrainConfig, data_config
@@ -130,6 +131,7 @@ class Prefix:
     cache: DynamicCache
     logits: torch.Tensor  # [L, V] teacher logits (row t: the distribution of token t+1)
     tokens: torch.Tensor  # [L]
+    generated: torch.Tensor  # [L] bool: the target wrote this token (not a template or a task opening)
     usable: torch.Tensor  # [A] anchors t whose distance-1 target (token t+2) the target generated
 
 
@@ -140,7 +142,7 @@ def run_prefix(model: torch.nn.Module, ex: Example, cfg: PPDTrainConfig) -> Pref
         logits = model(input_ids=tokens[None], past_key_values=cache, use_cache=True).logits[0].float()  # [L, V]
     rows = ex.has_row[: cfg.max_len]
     t = torch.arange(max(0, tokens.numel() - 2))
-    return Prefix(cache, logits, tokens, t[rows[t + 2]] if t.numel() else t)
+    return Prefix(cache, logits, tokens, rows, t[rows[t + 2]] if t.numel() else t)
 
 
 def group_inputs(anchors: torch.Tensor, n_cached: int, cfg: PPDTrainConfig) -> tuple[torch.Tensor, torch.Tensor]:
@@ -201,13 +203,23 @@ def student_logits(model: torch.nn.Module, student: Student, prefix: Prefix, anc
     return student.aggregate(logits).log_softmax(-1)  # [R, m, V]
 
 
+def targets(prefix: Prefix, anchors: torch.Tensor, d: int) -> torch.Tensor:
+    """[R] bool: whether prompt token d after each anchor t has a target, token t+d+1 inside the sequence and
+    written by the target."""
+    at = anchors + d + 1
+    ok = at < prefix.tokens.numel()
+    ok[ok.clone()] = prefix.generated[at[ok]]
+    return ok
+
+
 def loss_for(logq: torch.Tensor, prefix: Prefix, anchors: torch.Tensor, cfg: PPDTrainConfig) -> torch.Tensor:
     """Eq. 1: (1/m) Σ_d decay^(d−1) · mean over anchors of KL(teacher ‖ q_d), teacher = the target's row at t+d
-    (the distribution of token t+d+1); without KD, −log q_d(x_{t+d+1}). Targets past the sequence end drop out."""
+    (the distribution of token t+d+1); without KD, −log q_d(x_{t+d+1}). Targets past the sequence end, or on
+    tokens the target did not write (templates, task openings), drop out (``targets``)."""
     total = logq.new_zeros(())
     length = prefix.tokens.numel()
     for d in range(1, cfg.prompt_tokens + 1):
-        ok = anchors + d + 1 < length
+        ok = targets(prefix, anchors, d)
         if not ok.any():
             continue
         rows, lq = anchors[ok] + d, logq[ok, d - 1]  # [R'], [R', V]
@@ -232,7 +244,7 @@ def topk_accuracy(model: torch.nn.Module, student: Student, examples: list[Examp
                 anchors = prefix.usable[s:s + chunk]
                 logq = student_logits(model, student, prefix, anchors, cfg)  # [R, m, V]
                 for d in range(1, cfg.prompt_tokens + 1):
-                    ok = anchors + d + 1 < prefix.tokens.numel()
+                    ok = targets(prefix, anchors, d)
                     truth = prefix.logits[anchors[ok] + d].argmax(-1)  # [R']
                     lq = logq[ok, d - 1]
                     rank = (lq > lq.gather(-1, truth[:, None])).sum(-1)  # [R'] 0 = top-1
@@ -360,7 +372,7 @@ def train_ppd(cfg: PPDTrainConfig, out: str | Path, target: LoadedModel | None =
         "times_s": {k: round(v, 1) for k, v in times.items()},
         "versions": {"torch": torch.__version__, "python": sys.version.split()[0]},
     }
-    if cfg.aggregation == "average" and cfg.exits == 1 and cfg.mask == "ensemble" and not cfg.prefix and cfg.head == "none":
+    if (cfg.aggregation, cfg.exits, cfg.mask, cfg.prefix, cfg.head) == ("average", 1, "ensemble", False, "none"):
         config = PPDConfig(hidden_size=hsize, prompt_tokens=cfg.prompt_tokens, epts=cfg.epts, target=cfg.target,
                            rank_probs=tuple(tuple(round(float(x), 6) for x in row) for row in rank_probs))
         save_prompt_tokens(student.tokens, config, out / "prompt_tokens")
@@ -369,10 +381,43 @@ def train_ppd(cfg: PPDTrainConfig, out: str | Path, target: LoadedModel | None =
     return record
 
 
+def remeasure(out: str | Path, data: str | Path | None = None) -> dict:
+    """Measure the held-out accuracies of a finished run's prompt tokens (``out/prompt_tokens``) again with this
+    revision's evaluation, and rewrite their rank probabilities and record; the earlier numbers stay in the
+    record under ``held_out_topk_accuracy_before``."""
+    out = Path(out)
+    folder = out / "prompt_tokens"
+    record = json.loads((folder / "training_record.json").read_text())
+    cfg = PPDTrainConfig(**record["config"])
+    tokens, config = load_prompt_tokens(folder)
+    target = load_model(cfg.target, dtype="fp32", device="cpu")
+    model = target.model.eval().requires_grad_(False)
+    dcfg = data_config(MedusaTrainConfig(target=cfg.target, seed=0, shards=cfg.shards, task_shards=cfg.task_shards,
+                                         gen_batch=cfg.gen_batch))
+    examples = load_data(Path(data) if data is not None else out / "data", dcfg)
+    val_ids = [i for i in range(len(examples)) if i % 20 == 0][: cfg.val_conversations or None]
+    student = Student(cfg, tokens.embeds.detach().reshape(-1, tokens.embeds.shape[-1]))
+    acc, n_anchors = topk_accuracy(model, student, [examples[i] for i in val_ids], cfg)
+    rank_probs = np.diff(acc, axis=1, prepend=0.0).clip(min=0.0)
+    record["held_out_topk_accuracy_before"] = record["held_out_topk_accuracy"]
+    record["held_out_topk_accuracy"] = {f"distance_{d + 1}": [round(float(x), 4) for x in acc[d]]
+                                        for d in range(cfg.prompt_tokens)}
+    record["data"]["val_anchors"] = n_anchors
+    record["remeasured"] = {"git_revision": git_revision(), "command": [sys.executable, "-m", "specrepro.training.ppd",
+                                                                       *sys.argv[1:]]}
+    config = dataclasses.replace(config, rank_probs=tuple(tuple(round(float(x), 6) for x in row) for row in rank_probs))
+    save_prompt_tokens(tokens, config, folder)
+    for path in (folder / "training_record.json", out / "training_record.json"):
+        atomic_write_text(path, json.dumps(record, indent=1) + "\n")
+    return record
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m specrepro.training.ppd", description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", required=True, help="run folder (data shards and a checkpoint are reused if present)")
     parser.add_argument("--data", default=None, help="data folder shared between runs (default: OUT/data)")
+    parser.add_argument("--remeasure", action="store_true",
+                        help="only measure the held-out accuracies of OUT/prompt_tokens again (see remeasure)")
     for f in dataclasses.fields(PPDTrainConfig):
         flag = f"--{f.name.replace('_', '-')}"
         if isinstance(f.default, bool):
@@ -381,6 +426,10 @@ def main(argv: list[str] | None = None) -> None:
             parser.add_argument(flag, type=type(f.default), default=f.default)
     args = vars(parser.parse_args(argv))
     out, data = args.pop("out"), args.pop("data")
+    if args.pop("remeasure"):
+        record = remeasure(out, data)
+        print(json.dumps(record["held_out_topk_accuracy"], indent=1))
+        return
     record = train_ppd(PPDTrainConfig(**args), out, data=data)
     print(json.dumps({"held_out_topk_accuracy": record["held_out_topk_accuracy"],
                       "prompt_tokens": record["prompt_tokens"], "times_s": record["times_s"]}, indent=1))
