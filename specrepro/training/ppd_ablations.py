@@ -24,47 +24,62 @@ from .ppd import PPDTrainConfig, train_ppd
 ABLATIONS: dict[str, tuple[str, dict]] = {
     "ept1": ("Table 2", {}),
     "ept2": ("Table 2", {"epts": 2}),
-    "ept4": ("Table 2", {"epts": 4}),
+    "ept3": ("Table 2", {"epts": 3}),
     "ept1-no-kd": ("Table 3", {"kd": False}),
-    "ept4-no-kd": ("Table 3", {"epts": 4, "kd": False}),
+    "ept3-no-kd": ("Table 3", {"epts": 3, "kd": False}),
     "ept1-quarter-steps": ("Table 3", {"steps": None}),  # a quarter of the budget: the "epochs" axis
     "ept1-prefix-tuning": ("Table 4", {"prefix": True}),
     "ept1-head-1-stage": ("Table 5", {"head": "1-stage"}),
     "ept1-head-2-stage": ("Table 5", {"head": "2-stage"}),
-    "ept4-decoder-mask": ("Table 6", {"epts": 4, "mask": "decoder"}),
-    "ept4-encoder-mask": ("Table 6", {"epts": 4, "mask": "encoder"}),
-    "ept4-learned-weights": ("Table 7", {"epts": 4, "aggregation": "learned"}),
+    "ept3-decoder-mask": ("Table 6", {"epts": 3, "mask": "decoder"}),
+    "ept3-encoder-mask": ("Table 6", {"epts": 3, "mask": "encoder"}),
+    "ept3-learned-weights": ("Table 7", {"epts": 3, "aggregation": "learned"}),
     "ept1-2-exits": ("Table 8", {"exits": 2}),
     "ept1-3-exits": ("Table 8", {"exits": 3}),
 }
 
 
-def row_config(name: str, steps: int, anchors: int, val_conversations: int, seed: int) -> PPDTrainConfig:
+def row_config(name: str, steps: int, anchors: int, val_conversations: int, seed: int,
+               threads: int = 2) -> PPDTrainConfig:
     table, changes = ABLATIONS[name]
     changes = dict(changes)
     if "steps" in changes:
         changes["steps"] = max(1, steps // 4)
     base = PPDTrainConfig(steps=steps, anchors=anchors, val_conversations=val_conversations, seed=seed,
-                          val_every=max(1, steps // 10))
+                          val_every=max(1, steps // 10), threads=threads)
     return dataclasses.replace(base, **changes)
 
 
+def same_run(a: dict, b: dict) -> bool:
+    """Two configs train the same row (the thread count changes the speed, not the recipe)."""
+    return {k: v for k, v in a.items() if k != "threads"} == {k: v for k, v in b.items() if k != "threads"}
+
+
 def run_ablations(out: str | Path, data: str | Path, names=tuple(ABLATIONS), steps: int = 200, anchors: int = 32,
-                  val_conversations: int = 10, seed: int = 0) -> dict:
+                  val_conversations: int = 10, seed: int = 0, threads: int = 2) -> dict:
+    """Train (or reuse) each named row; ``out/ablations.json`` gathers every finished row under ``out`` (so
+    several processes may split the rows between them)."""
     out = Path(out)
     target = load_model(PPDTrainConfig().target, dtype="fp32", device="cpu")
-    rows = {}
     for name in names:
-        cfg = row_config(name, steps, anchors, val_conversations, seed)
+        cfg = row_config(name, steps, anchors, val_conversations, seed, threads)
         done = out / name / "training_record.json"
-        if done.is_file() and json.loads(done.read_text())["config"] == cfg.to_dict():
-            record = json.loads(done.read_text())
+        if not (done.is_file() and same_run(json.loads(done.read_text())["config"], cfg.to_dict())):
         else:
             print(f"ppd ablation {name}: {ABLATIONS[name][0]}", file=sys.stderr, flush=True)
-            record = train_ppd(cfg, out / name, target=target, data=data,
-                               command=[sys.executable, "-m", "specrepro.training.ppd_ablations", *sys.argv[1:]])
-        rows[name] = {"table": ABLATIONS[name][0], "changes": ABLATIONS[name][1], **record}
-        atomic_write_text(out / "ablations.json", json.dumps(rows, indent=1) + "\n")
+            train_ppd(cfg, out / name, target=target, data=data, progress=False,
+                      command=[sys.executable, "-m", "specrepro.training.ppd_ablations", *sys.argv[1:]])
+    return gather(out)
+
+
+def gather(out: str | Path) -> dict:
+    """Every finished row under ``out``, in the table's order, written to ``out/ablations.json``."""
+    out, rows = Path(out), {}
+    for name, (table, changes) in ABLATIONS.items():
+        done = out / name / "training_record.json"
+        if done.is_file():
+            rows[name] = {"table": table, "changes": changes, **json.loads(done.read_text())}
+    atomic_write_text(out / "ablations.json", json.dumps(rows, indent=1) + "\n")
     return rows
 
 
@@ -78,12 +93,14 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--anchors", type=int, default=32)
     parser.add_argument("--val-conversations", type=int, default=10)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--threads", type=int, default=2)
     args = parser.parse_args(argv)
     names = [n for n in args.rows.split(",") if n]
     unknown = [n for n in names if n not in ABLATIONS]
     if unknown:
         parser.error(f"unknown rows {unknown}; choose from {', '.join(ABLATIONS)}")
-    rows = run_ablations(args.out, args.data, names, args.steps, args.anchors, args.val_conversations, args.seed)
+    rows = run_ablations(args.out, args.data, names, args.steps, args.anchors, args.val_conversations, args.seed,
+                         args.threads)
     for name, r in rows.items():
         print(name, r["held_out_topk_accuracy"])
 
