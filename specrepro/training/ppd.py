@@ -333,7 +333,7 @@ def train_ppd(cfg: PPDTrainConfig, out: str | Path, target: LoadedModel | None =
         loss.backward()
         opt.step()
         sched.step()
-        losses.append(round(float(loss), 5))
+        losses.append(round(float(loss.detach()), 5))
         if (step + 1) % cfg.val_every == 0 or step + 1 == cfg.steps:
             with torch.no_grad():
                 vl = []

@@ -65,7 +65,6 @@ def run_ablations(out: str | Path, data: str | Path, names=tuple(ABLATIONS), ste
         cfg = row_config(name, steps, anchors, val_conversations, seed, threads)
         done = out / name / "training_record.json"
         if not (done.is_file() and same_run(json.loads(done.read_text())["config"], cfg.to_dict())):
-        else:
             print(f"ppd ablation {name}: {ABLATIONS[name][0]}", file=sys.stderr, flush=True)
             train_ppd(cfg, out / name, target=target, data=data, progress=False,
                       command=[sys.executable, "-m", "specrepro.training.ppd_ablations", *sys.argv[1:]])
