@@ -26,14 +26,14 @@ ABLATIONS: dict[str, tuple[str, dict]] = {
     "ept2": ("Table 2", {"epts": 2}),
     "ept3": ("Table 2", {"epts": 3}),
     "ept1-no-kd": ("Table 3", {"kd": False}),
-    "ept3-no-kd": ("Table 3", {"epts": 3, "kd": False}),
+    "ept2-no-kd": ("Table 3", {"epts": 2, "kd": False}),
     "ept1-quarter-steps": ("Table 3", {"steps": None}),  # a quarter of the budget: the "epochs" axis
     "ept1-prefix-tuning": ("Table 4", {"prefix": True}),
     "ept1-head-1-stage": ("Table 5", {"head": "1-stage"}),
     "ept1-head-2-stage": ("Table 5", {"head": "2-stage"}),
-    "ept3-decoder-mask": ("Table 6", {"epts": 3, "mask": "decoder"}),
-    "ept3-encoder-mask": ("Table 6", {"epts": 3, "mask": "encoder"}),
-    "ept3-learned-weights": ("Table 7", {"epts": 3, "aggregation": "learned"}),
+    "ept2-decoder-mask": ("Table 6", {"epts": 2, "mask": "decoder"}),
+    "ept2-encoder-mask": ("Table 6", {"epts": 2, "mask": "encoder"}),
+    "ept2-learned-weights": ("Table 7", {"epts": 2, "aggregation": "learned"}),
     "ept1-2-exits": ("Table 8", {"exits": 2}),
     "ept1-3-exits": ("Table 8", {"exits": 3}),
 }
