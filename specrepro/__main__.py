@@ -5,7 +5,7 @@ import argparse
 import json
 import sys
 
-from .config import DecodeConfig, SamplingConfig
+from .config import ACCEPTANCE_RULES, DecodeConfig, SamplingConfig
 
 
 def add_decode_args(p: argparse.ArgumentParser) -> None:
@@ -19,7 +19,7 @@ def add_decode_args(p: argparse.ArgumentParser) -> None:
                    help="draft tokens per step, or auto: chosen each step from the device profile and α so far")
     p.add_argument("--tree-size", type=int, default=None,
                    help="nodes of the draft tree for tree methods (medusa, ppd; default: the hardware-aware size)")
-    p.add_argument("--acceptance", default="exact", choices=("exact", "greedy", "typical"),
+    p.add_argument("--acceptance", default="exact", choices=ACCEPTANCE_RULES,
                    help="verification rule: exact (lossless, default), greedy (T = 0 only) or typical "
                         "(Medusa's typical acceptance: LOSSY, faster at T > 0)")
     p.add_argument("--seed", type=int, default=0)

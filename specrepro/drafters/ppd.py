@@ -66,14 +66,6 @@ class PromptTokens(torch.nn.Module):
         start = torch.zeros(prompt_tokens, epts, hidden_size) if init is None else init.reshape(prompt_tokens, epts, hidden_size)
         self.embeds = torch.nn.Parameter(start.clone().float())  # [m, e, H]
 
-    @property
-    def m(self) -> int:
-        return self.embeds.shape[0]
-
-    @property
-    def e(self) -> int:
-        return self.embeds.shape[1]
-
 
 def ept_block_mask(m: int, e: int, kind: str = "ensemble") -> torch.Tensor:
     """Which prompt nodes of one anchor see which: bool [m·e, m·e], rows and columns in distance-major order

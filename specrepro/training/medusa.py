@@ -30,7 +30,8 @@ from tqdm import tqdm
 from ..distill import DistillConfig, Example, chat_format, generate_data, load_data, task_openings
 from ..drafters.medusa import MedusaConfig, MedusaHeads, save_heads
 from ..models import LoadedModel, load_model
-from ..provenance import atomic_write_text, git_revision
+from ..provenance import atomic_write_text
+from . import begin_run
 
 
 @dataclass(frozen=True)
@@ -148,12 +149,8 @@ def topk_accuracy(heads: MedusaHeads, lm_head: torch.nn.Module, hidden: list[tor
 def train_medusa(cfg: MedusaTrainConfig, out: str | Path, target: LoadedModel | None = None,
                  command: list[str] | None = None) -> dict:
     """The whole recipe (module docstring); ``target`` defaults to the zoo target in fp32 (tests pass a tiny one)."""
-    out = Path(out)
-    out.mkdir(parents=True, exist_ok=True)
-    torch.set_num_threads(cfg.threads)
-    command = command if command is not None else [sys.executable, "-m", "specrepro.training.medusa", *sys.argv[1:]]
-    atomic_write_text(out / "config.json", json.dumps({"command": command, **cfg.to_dict()}, indent=1) + "\n")
-    revision, times, t_start = git_revision(), {}, time.perf_counter()
+    out, command, revision = begin_run(out, cfg, "specrepro.training.medusa", command)
+    times, t_start = {}, time.perf_counter()
 
     # 1. Data, as specrepro.distill writes it.
     t0 = time.perf_counter()

@@ -45,6 +45,7 @@ from ..drafters.ppd import (EPT_MASKS, PPDConfig, PromptTokens, ept_block_mask, 
                             save_prompt_tokens)
 from ..models import LoadedModel, load_model
 from ..provenance import atomic_write_text, git_revision
+from . import begin_run
 from .medusa import MedusaTrainConfig, data_config
 
 AGGREGATIONS = ("average", "learned")
@@ -254,6 +255,26 @@ def topk_accuracy(model: torch.nn.Module, student: Student, examples: list[Examp
     return hits / np.maximum(counts, 1)[:, None], int(counts[0])
 
 
+def shared_data(cfg: PPDTrainConfig):
+    """The data recipe: ``specrepro.distill``'s generator with the Medusa heads' shards (so both share data)."""
+    return data_config(MedusaTrainConfig(target=cfg.target, seed=0, shards=cfg.shards, task_shards=cfg.task_shards,
+                                         gen_batch=cfg.gen_batch))
+
+
+def split(n_examples: int, cfg: PPDTrainConfig) -> tuple[list[int], list[int]]:
+    """(training, held-out) conversation indices: every 20th is held out, as for the Medusa heads; the first
+    ``val_conversations`` of them when that is set."""
+    val = [i for i in range(n_examples) if i % 20 == 0]
+    return [i for i in range(n_examples) if i % 20], val[: cfg.val_conversations or None]
+
+
+def stored_rank_probs(acc: np.ndarray) -> tuple[tuple[float, ...], ...]:
+    """The rank probabilities a config stores: ``simulations.ppd.rank_probabilities`` of the accumulative top-k
+    accuracies [m, k_max], to 6 decimals."""
+    from simulations.ppd import rank_probabilities
+    return tuple(tuple(round(float(x), 6) for x in row) for row in rank_probabilities(acc))
+
+
 HEAD_LR_SCALE = 0.1  # the custom head's learning rate relative to the prompt tokens' (and stage 2's for both)
 
 
@@ -281,26 +302,17 @@ def train_ppd(cfg: PPDTrainConfig, out: str | Path, target: LoadedModel | None =
               command: list[str] | None = None, progress: bool = True, data: str | Path | None = None) -> dict:
     """The whole recipe (module docstring); ``target`` defaults to the zoo target in fp32 (tests pass a tiny one);
     ``data`` is the data folder (default ``out/data``; runs that share one make it once)."""
-    out = Path(out)
+    out, command, revision = begin_run(out, cfg, "specrepro.training.ppd", command)
     data = Path(data) if data is not None else out / "data"
-    out.mkdir(parents=True, exist_ok=True)
-    torch.set_num_threads(cfg.threads)
-    command = command if command is not None else [sys.executable, "-m", "specrepro.training.ppd", *sys.argv[1:]]
-    atomic_write_text(out / "config.json", json.dumps({"command": command, **cfg.to_dict()}, indent=1) + "\n")
-    revision, times, t_start = git_revision(), {}, time.perf_counter()
+    times, t_start = {}, time.perf_counter()
 
     # 1. Data, as specrepro.distill writes it (Medusa's recipe).
     t0 = time.perf_counter()
     target = target if target is not None else load_model(cfg.target, dtype="fp32", device="cpu")
     model = target.model.eval().requires_grad_(False)
-    dcfg = data_config(MedusaTrainConfig(target=cfg.target, seed=0, shards=cfg.shards, task_shards=cfg.task_shards,
-                                         gen_batch=cfg.gen_batch))
-    made = generate_data(model, chat_format(target), dcfg, data, task_openings(target.tokenizer))
-    examples = load_data(data, dcfg)
-    train_ids = [i for i in range(len(examples)) if i % 20]
-    val_ids = [i for i in range(len(examples)) if i % 20 == 0]
-    if cfg.val_conversations:
-        val_ids = val_ids[: cfg.val_conversations]
+    made = generate_data(model, chat_format(target), shared_data(cfg), data, task_openings(target.tokenizer))
+    examples = load_data(data, shared_data(cfg))
+    train_ids, val_ids = split(len(examples), cfg)
     times["data_s"] = time.perf_counter() - t0
 
     # 2-4. Train the prompt tokens (and EPT weights); resumable from DIR/checkpoint.pt.
@@ -351,7 +363,7 @@ def train_ppd(cfg: PPDTrainConfig, out: str | Path, target: LoadedModel | None =
     # 5. Held-out top-k accuracies -> rank probabilities for the dynamic sparse tree.
     t0 = time.perf_counter()
     acc, n_anchors = topk_accuracy(model, student, [examples[i] for i in val_ids], cfg)
-    rank_probs = np.diff(acc, axis=1, prepend=0.0).clip(min=0.0)
+    rank_probs = stored_rank_probs(acc)
     times["eval_s"] = time.perf_counter() - t0
     times["total_s"] = time.perf_counter() - t_start
 
@@ -374,7 +386,7 @@ def train_ppd(cfg: PPDTrainConfig, out: str | Path, target: LoadedModel | None =
     }
     if (cfg.aggregation, cfg.exits, cfg.mask, cfg.prefix, cfg.head) == ("average", 1, "ensemble", False, "none"):
         config = PPDConfig(hidden_size=hsize, prompt_tokens=cfg.prompt_tokens, epts=cfg.epts, target=cfg.target,
-                           rank_probs=tuple(tuple(round(float(x), 6) for x in row) for row in rank_probs))
+                           rank_probs=rank_probs)
         save_prompt_tokens(student.tokens, config, out / "prompt_tokens")
         atomic_write_text(out / "prompt_tokens" / "training_record.json", json.dumps(record, indent=1) + "\n")
     atomic_write_text(out / "training_record.json", json.dumps(record, indent=1) + "\n")
@@ -392,20 +404,18 @@ def remeasure(out: str | Path, data: str | Path | None = None) -> dict:
     tokens, config = load_prompt_tokens(folder)
     target = load_model(cfg.target, dtype="fp32", device="cpu")
     model = target.model.eval().requires_grad_(False)
-    dcfg = data_config(MedusaTrainConfig(target=cfg.target, seed=0, shards=cfg.shards, task_shards=cfg.task_shards,
-                                         gen_batch=cfg.gen_batch))
-    examples = load_data(Path(data) if data is not None else out / "data", dcfg)
-    val_ids = [i for i in range(len(examples)) if i % 20 == 0][: cfg.val_conversations or None]
+    examples = load_data(Path(data) if data is not None else out / "data", shared_data(cfg))
+    _, val_ids = split(len(examples), cfg)
     student = Student(cfg, tokens.embeds.detach().reshape(-1, tokens.embeds.shape[-1]))
     acc, n_anchors = topk_accuracy(model, student, [examples[i] for i in val_ids], cfg)
-    rank_probs = np.diff(acc, axis=1, prepend=0.0).clip(min=0.0)
+    rank_probs = stored_rank_probs(acc)
     record["held_out_topk_accuracy_before"] = record["held_out_topk_accuracy"]
     record["held_out_topk_accuracy"] = {f"distance_{d + 1}": [round(float(x), 4) for x in acc[d]]
                                         for d in range(cfg.prompt_tokens)}
     record["data"]["val_anchors"] = n_anchors
     record["remeasured"] = {"git_revision": git_revision(), "command": [sys.executable, "-m", "specrepro.training.ppd",
                                                                        *sys.argv[1:]]}
-    config = dataclasses.replace(config, rank_probs=tuple(tuple(round(float(x), 6) for x in row) for row in rank_probs))
+    config = dataclasses.replace(config, rank_probs=rank_probs)
     save_prompt_tokens(tokens, config, folder)
     for path in (folder / "training_record.json", out / "training_record.json"):
         atomic_write_text(path, json.dumps(record, indent=1) + "\n")
