@@ -46,7 +46,7 @@ def plan_dtype_and_gamma(method: str, args: argparse.Namespace):
     import torch
 
     from .adaptive import AdaptiveGamma
-    from .generate import method_kind
+    from .methods import method_kind, tree_cost
     from .metrics.profile import DEFAULT_ALPHA_PRIOR, candidate_dtypes, choose_dtype, cpu_info, dtype_name, get_profile
     from .models import default_device, draft_alpha_prior
 
@@ -65,13 +65,14 @@ def plan_dtype_and_gamma(method: str, args: argparse.Namespace):
     if args.dtype == "auto":
         for dtype in candidate_dtypes(device):
             profile(dtype)
-        choice = choose_dtype(profiles, kind, args.gamma, DEFAULT_ALPHA_PRIOR if alpha is None else alpha)
+        choice = choose_dtype(profiles, kind, args.gamma, DEFAULT_ALPHA_PRIOR if alpha is None else alpha,
+                              tree_cost=tree_cost(method, args.draft, args.target, args.gamma))
         dtype, why = choice.dtype, choice.reason
     else:
         dtype, why = dtype_name(args.dtype), "named with --dtype"
     policy = None
     if args.gamma == "auto" and kind != "plain":
-        policy = AdaptiveGamma.from_profile(profile(dtype), model_free=kind == "model-free", alpha_prior=alpha)
+        policy = AdaptiveGamma.from_profile(profile(dtype), model_free=kind != "draft model", alpha_prior=alpha)
     return dtype, {"dtype_reason": why, "cpu_kernel_flags": cpu_info()["kernel_flags"]}, policy
 
 
@@ -80,22 +81,25 @@ def hardware_tree_size(args: argparse.Namespace, dtype: str, drafter, config: De
     chooser: Medusa maximises τ(n)/L_fp(n+1), PPD τ(n)/E[L_fp] over its tree states), and why."""
     import dataclasses
 
-    from .generate import REGISTRY
+    from .methods import method
     from .metrics.profile import get_profile
 
     profile = get_profile(args.target, None, dtype, device=args.device, threads=args.threads)
-    size, why = REGISTRY[args.method].choose_tree_size(drafter, profile, config.gamma)
-    return drafter.resized(size), dataclasses.replace(config, tree_size=size), why
+    size = method(args.method).choose_tree_size(drafter.config, profile, config.gamma)
+    return drafter.resized(size.size), dataclasses.replace(config, tree_size=size.size), size.reason
 
 
 def cmd_generate(args: argparse.Namespace) -> int:
-    from .generate import METHODS, REGISTRY, drafter_for, generate
+    from .generate import generate
+    from .methods import OUR_METHODS, drafter_for, method
     from .models import SELF_DRAFTS, load_draft, load_model
     from .prompts import load_prompts_file
 
-    if args.method not in METHODS:
-        raise ValueError(f"unknown method {args.method!r}; choose one of {', '.join(METHODS)}")
-    needs = REGISTRY[args.method].needs
+    if args.method not in OUR_METHODS:
+        raise ValueError(f"unknown method {args.method!r} for generate; choose one of {', '.join(OUR_METHODS)} "
+                         f"(transformers' baselines run in bench)")
+    spec = method(args.method)
+    needs = spec.needs
     sampling = SamplingConfig(temperature=args.temperature, top_k=args.top_k, top_p=args.top_p)
     config = DecodeConfig(method=args.method, max_new_tokens=args.max_new_tokens, gamma=args.gamma,
                           sampling=sampling, tree_size=args.tree_size, acceptance=args.acceptance, seed=args.seed)
@@ -117,7 +121,7 @@ def cmd_generate(args: argparse.Namespace) -> int:
         draft = args.ngram_table
     elif needs in SELF_DRAFTS:
         draft = args.draft  # a folder or zoo name; None: the target's own in the zoo
-    if REGISTRY[args.method].choose_tree_size is not None:
+    if spec.token_tree:
         draft = drafter_for(draft, args.method, target, config)
         if args.tree_size is None:
             draft, config, provenance["tree_size_reason"] = hardware_tree_size(args, dtype, draft, config)

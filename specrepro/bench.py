@@ -54,8 +54,10 @@ from .bench_summary import (SUMMARY_COLUMNS, format_summary, mismatches, pooled_
 from .config import ACCEPTANCE_RULES, DecodeConfig, SamplingConfig
 from .decoding import eos_ids, model_device
 from .drafters import Drafter
-from .generate import METHODS, REGISTRY, TREE_METHODS, drafter_for, encode_prompt, generate_ids, method_kind
-from .hf_baselines import HF_METHODS, assisted_unsupported, hf_generate
+from .generate import encode_prompt, generate_ids
+from .hf_baselines import assisted_unsupported, hf_generate
+from .methods import (DRAFT_MODEL_METHODS, HF_METHODS, METHODS, REGISTRY, TREE_METHODS, drafter_for, method_kind,
+                      tree_cost)
 from .metrics.profile import (DEFAULT_ALPHA_PRIOR, Profile, ProfileKey, candidate_dtypes, choose_dtype, cpu_info,
                               dtype_name, measure)
 from .models import LoadedModel, default_device, draft_alpha_prior, load_draft, load_model, parse_dtype
@@ -66,9 +68,7 @@ __all__ = ["SUMMARY_COLUMNS", "BenchConfig", "BenchPrompt", "BenchResult", "Resu
            "format_summary", "load_records", "predicted_speedup", "read_summary", "run_bench", "run_sweep",
            "target_corpus"]
 
-ALL_METHODS = (*METHODS, *HF_METHODS)
-# methods that run a draft model (c > 0): the registry's, and transformers' assisted generation
-DRAFT_MODEL_METHODS = (*(m for m, spec in REGISTRY.items() if spec.kind == "draft model"), "hf-assisted")
+ALL_METHODS = METHODS  # the registry's: ours and transformers' baselines
 DTYPE_FIELDS = ("auto", "bf16", "fp16", "fp32")
 
 
@@ -384,7 +384,8 @@ def _resolve_dtypes(variants: list, profiles: dict[str, Profile], models: _Model
         elif dtype == "auto":
             kind = method_kind(v.method)
             prior = alpha_prior if kind == "draft model" and alpha_prior is not None else DEFAULT_ALPHA_PRIOR
-            choice = choose_dtype(profiles, kind, v.gamma, prior, config.gamma_max)
+            choice = choose_dtype(profiles, kind, v.gamma, prior, config.gamma_max,
+                                  tree_cost=tree_cost(v.method, None, config.target, v.gamma))  # the zoo's weights
             dtype, reasons[v.label] = choice.dtype, choice.reason
         else:
             dtype, reasons[v.label] = dtype_name(dtype), "named in the method list"
@@ -497,8 +498,8 @@ def run_bench(config: BenchConfig, out: str | Path, *, target: LoadedModel | Non
             if v.tree_size or config.tree_size:
                 sizes[v.label] = {"size": v.tree_size or config.tree_size, "reason": "named"}
             else:
-                size, why = REGISTRY[v.method].choose_tree_size(drafters[v.label], profiles[v.dtype], v.gamma)
-                sizes[v.label] = {"size": size, "reason": why}
+                size = REGISTRY[v.method].choose_tree_size(drafters[v.label].config, profiles[v.dtype], v.gamma)
+                sizes[v.label] = {"size": size.size, "reason": size.reason}
         if drafters[v.label].tree_size != sizes[v.label]["size"]:
             drafters[v.label] = drafters[v.label].resized(sizes[v.label]["size"])  # one drafter per size
     atomic_write_text(prov_path, json.dumps(provenance, indent=1) + "\n")
@@ -507,7 +508,7 @@ def run_bench(config: BenchConfig, out: str | Path, *, target: LoadedModel | Non
         if v.gamma != "auto":
             return FixedGamma(v.gamma)
         kind = method_kind(v.method)
-        return AdaptiveGamma.from_profile(profiles[v.dtype], model_free=kind == "model-free",
+        return AdaptiveGamma.from_profile(profiles[v.dtype], model_free=kind != "draft model",
                                           alpha_prior=alpha_prior if kind == "draft model" else None,
                                           gamma_max=config.gamma_max)
 
@@ -516,7 +517,7 @@ def run_bench(config: BenchConfig, out: str | Path, *, target: LoadedModel | Non
         t, d = models.at(v.dtype)
         dc = config.decode_config(v.method, repeat, max_new_tokens, gamma=v.gamma, acceptance=v.acceptance)
         why = provenance["resolved_dtypes"][label]["reason"]
-        if v.method in HF_METHODS:
+        if REGISTRY[v.method].loop == "transformers":
             rec = hf_generate(v.method, t, prompt.ids, dc, eos, d)
             rec.provenance = {"dtype": v.dtype, "dtype_reason": why}
             return rec

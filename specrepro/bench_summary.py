@@ -19,7 +19,7 @@ from pathlib import Path
 from simulations.speculative import expected_speedup, expected_tokens
 
 from . import record
-from .hf_baselines import COUNTERPART
+from .methods import COUNTERPART, REGISTRY, TREE_METHODS, method_kind
 from .metrics.profile import Latency, Profile
 
 SUMMARY_COLUMNS = ("method", "base_method", "dtype", "gamma", "n", "new_tokens", "wall_time_s", "tokens_per_s",
@@ -112,7 +112,6 @@ def summarize(records: list[dict], variants: list, greedy: bool, profiles: dict[
     """One row per variant (``SUMMARY_COLUMNS``); totals pooled over prompts and repeats. ``variants`` are
     resolved (each has a concrete dtype); ``profiles`` maps dtype -> that dtype's session profile;
     ``baseline`` is the label of the autoregressive variant speedups are measured against."""
-    from .generate import TREE_METHODS, method_kind  # the registry lives there
     by_key = {(r["method"], r["prompt_id"], r["repeat"]): r for r in records}
     by_label = {v.label: v for v in variants}
     rows = []
@@ -121,13 +120,13 @@ def summarize(records: list[dict], variants: list, greedy: bool, profiles: dict[
         tokens = sum(r["new_tokens"] for r in rs)
         wall = sum(r["wall_time_s"] for r in rs)
         calls = [r["target_calls"] for r in rs]
-        kind, ours = method_kind(v.method), not v.method.startswith("hf-")
+        kind, ours = method_kind(v.method), REGISTRY[v.method].loop != "transformers"
         profile = profiles.get(v.dtype)
         # Token trees (Medusa, PPD, multi-draft): α and β(γ+1) are chain quantities, so their cells stay empty.
         tree = ours and (v.method in TREE_METHODS or any(r.get("tree_sizes", r["proposed_lengths"])
                                                          != r["proposed_lengths"] for r in rs))
         alpha = None if tree else pooled_alpha(rs)
-        c = None if kind == "plain" else (0.0 if kind == "model-free" else (profile.c if profile else None))
+        c = None if kind == "plain" else ((profile.c if profile else None) if kind == "draft model" else 0.0)
         proposed = [g for r in rs for g in r.get("proposed_lengths", [])]
         gamma_nominal = v.gamma if v.gamma != "auto" else (round(statistics.mean(proposed)) if proposed else None)
         predicted = None

@@ -4,6 +4,9 @@
 - ``hf-assisted``       ``generate(assistant_model=draft, ...)`` with a constant γ drafts per step;
 - ``hf-prompt-lookup``  ``generate(prompt_lookup_num_tokens=γ)``.
 
+They are registered in ``methods.REGISTRY`` (loop "transformers") with the method of ours each must reproduce
+token for token at T = 0 (``Method.counterpart``).
+
 What transformers 5.23 needs (``generation/utils.py``, ``generation/candidate_generator.py``):
 
 - The assisted candidate generator reads ``num_assistant_tokens``, ``num_assistant_tokens_schedule`` and
@@ -38,12 +41,10 @@ from transformers import GenerationMixin, LlamaPreTrainedModel
 from .config import DecodeConfig
 from .decoding import Clock, check_prompt, model_device
 from .draft_model import ReducedVocabDraft
+from .methods import HF_METHODS
 from .models import LoadedModel
 from .record import GenerationRecord
 
-HF_METHODS = ("hf-ar", "hf-assisted", "hf-prompt-lookup")
-# Our method that each baseline should reproduce token for token at T = 0.
-COUNTERPART = {"hf-ar": "ar", "hf-assisted": "speculative", "hf-prompt-lookup": "prompt-lookup"}
 
 
 class ReducedVocabAssistant(LlamaPreTrainedModel, GenerationMixin):

@@ -16,7 +16,18 @@ Row convention for the target's distributions over a tree: ``p [N+1, V]``, row 0
 """
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import torch
+
+
+class TreeSize(NamedTuple):
+    """A hardware-aware tree size and what it was chosen on (PPD paper §4.2): the size maximising τ/L_fp."""
+
+    size: int  # nodes of the candidate tree
+    tau: float  # expected tokens per target call at that size (theory, from the measured rank probabilities)
+    latency_s: float  # the profile's L_fp of one verification forward at that size (mean over tree states)
+    reason: str  # one sentence for the records
 
 
 def chain_parents(n: int) -> torch.Tensor:

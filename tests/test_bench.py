@@ -251,3 +251,23 @@ def test_cli_accepts_the_make_bench_arguments():
         "--draft smollm2-135m-draft --suite mixed --max-new-tokens 64 --temperature 0 --gamma 4 --repeats 1 "
         "--out figures/bench".split())
     assert args.func.__name__ == "cmd_bench" and args.suite == "mixed" and args.gamma == 4
+
+
+def test_one_registry_serves_generate_cli_and_bench():
+    """Methods as data: transformers' baselines sit in the same registry as ours, each naming the method it must
+    reproduce at T = 0; every spec serialises into a record; the bench's variant parser knows every name."""
+    import json
+
+    from specrepro.methods import COUNTERPART, HF_METHODS, REGISTRY, Method, method
+
+    assert set(HF_METHODS) == {"hf-ar", "hf-assisted", "hf-prompt-lookup"}
+    for name, spec in REGISTRY.items():
+        json.dumps(spec.describe())
+        Variant.parse(name, None, 2)
+        if spec.loop == "transformers":
+            assert REGISTRY[COUNTERPART[name]].loop != "transformers"
+            assert REGISTRY[COUNTERPART[name]].kind == spec.kind
+    with pytest.raises(ValueError, match="unknown method 'nope'"):
+        method("nope")
+    with pytest.raises(ValueError, match="loop must be one of"):
+        Method(loop="beam", kind="plain")

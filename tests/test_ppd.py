@@ -15,7 +15,7 @@ from specrepro.distill import Example
 from specrepro.drafters.base import StepFeedback
 from specrepro.drafters.ppd import (PPDConfig, PPDDrafter, PromptTokens, choose_tree_size, dynamic_tree,
                                     ept_block_mask, hardware_tree_size, input_lengths, layout, load_prompt_tokens,
-                                    save_prompt_tokens)
+                                    save_prompt_tokens, tree_speed)
 from specrepro.kvcache import CachedModel
 from specrepro.models import tiny_model
 from specrepro.speculative import speculative_generate
@@ -184,8 +184,30 @@ def test_dynamic_tree_and_hardware_size():
         l_fp = staticmethod(lambda n: 1.0 + 0.05 * n)
         key = type("K", (), {"dtype": "fp32"})()
     config = PPDConfig(hidden_size=H, rank_probs=RANKS)
-    n, why = choose_tree_size(config, FakeProfile())
-    assert int(input_lengths(dynamic_tree(RANKS, n, 3), 1).max()) <= 24 and "hardware-aware" in why
+    choice = choose_tree_size(config, FakeProfile())
+    assert int(input_lengths(dynamic_tree(RANKS, choice.size, 3), 1).max()) <= 24 and "hardware-aware" in choice.reason
+    assert (choice.tau, choice.latency_s) == tree_speed(RANKS, choice.size, 3, 1, FakeProfile.l_fp)[:2]
+
+
+def test_dtype_auto_weighs_a_tree_method_by_its_tree_forward(tmp_path, monkeypatch):
+    """--dtype auto for PPD compares dtypes by L_fp(tree input)/τ at each dtype's hardware-aware size, not as a
+    c = 0 chain: a dtype whose forward is flat in n wins although its one-token step is slower."""
+    from specrepro import methods
+    from specrepro.metrics.profile import choose_dtype
+
+    folder = save_prompt_tokens(PromptTokens(H, 3, 1, init=torch.randn(3, H)),
+                                PPDConfig(hidden_size=H, rank_probs=RANKS), tmp_path / "p")
+
+    def profile(dtype, l_fp):
+        return type("P", (), {"n_max": 24, "l_fp": staticmethod(l_fp), "key": type("K", (), {"dtype": dtype})()})()
+    flat, steep = profile("bf16", lambda n: 1.0), profile("fp32", lambda n: 0.8 + 0.2 * (n - 1))
+    cost = methods.tree_cost("ppd", folder, "tiny", gamma=3)
+    for prof in (flat, steep):
+        size = choose_tree_size(PPDConfig(hidden_size=H, rank_probs=RANKS), prof)
+        assert cost(prof)[0] == pytest.approx(size.latency_s / size.tau)
+    choice = choose_dtype({"bf16": flat, "fp32": steep}, "self-drafting", 3, tree_cost=cost)
+    assert choice.dtype == "bf16" and "tree" in choice.reason
+    assert methods.tree_cost("speculative", None, "tiny", 3) is None
 
 
 def test_prompt_tokens_round_trip(tmp_path):

@@ -25,6 +25,7 @@ import numpy as np
 import torch
 
 from ..config import SamplingConfig
+from ..tree import TreeSize
 from .base import Drafter, Proposal, StepFeedback
 from .weights import read_folder, save_folder
 
@@ -127,14 +128,14 @@ def hardware_tree_size(rank_probs, depth: int, l_fp, n_max: int = 63) -> tuple[i
     return max(curve, key=lambda n: curve[n][2]), curve
 
 
-def choose_tree_size(config: MedusaConfig, profile, gamma: int | str) -> tuple[int, str]:
+def choose_tree_size(config: MedusaConfig, profile, gamma: int | str) -> TreeSize:
     """The hardware-aware tree size for heads drafting min(γ, K) tokens deep on a device profile
-    (``metrics.profile.Profile``), and why, in one sentence for the records."""
+    (``metrics.profile.Profile``), with its τ, L_fp and why in one sentence for the records."""
     depth = min(config.num_heads, gamma) if isinstance(gamma, int) else config.num_heads
     size, curve = hardware_tree_size(config.rank_probs, depth, profile.l_fp, profile.n_max - 1)
     tau, latency, speedup = curve[size]
-    return size, (f"hardware-aware: tree size {size} maximises τ(n)/L_fp(n+1) on the {profile.key.dtype} profile "
-                  f"(τ {tau:.2f}, L_fp {1e3 * latency:.1f} ms, predicted {speedup:.2f}x)")
+    return TreeSize(size, tau, latency, f"hardware-aware: tree size {size} maximises τ(n)/L_fp(n+1) on the "
+                    f"{profile.key.dtype} profile (τ {tau:.2f}, L_fp {1e3 * latency:.1f} ms, predicted {speedup:.2f}x)")
 
 
 class MedusaDrafter(Drafter):

@@ -34,6 +34,7 @@ import numpy as np
 import torch
 
 from ..config import SamplingConfig
+from ..tree import TreeSize
 from .base import Drafter, PromptNodes, Proposal, StepFeedback
 from .medusa import paths_to_parents
 from .weights import read_folder, save_folder
@@ -151,13 +152,15 @@ def hardware_tree_size(rank_probs, m: int, e: int, l_fp, max_input: int, n_max: 
     return max(curve, key=lambda n: curve[n][2]), curve
 
 
-def choose_tree_size(config: PPDConfig, profile) -> tuple[int, str]:
-    """The hardware-aware size on a device profile (``metrics.profile.Profile``), and why, for the records."""
+def choose_tree_size(config: PPDConfig, profile) -> TreeSize:
+    """The hardware-aware size on a device profile (``metrics.profile.Profile``), with its τ, mean L_fp over the
+    tree states and why, for the records."""
     size, curve = hardware_tree_size(config.rank_probs, config.prompt_tokens, config.epts, profile.l_fp,
                                      max_input=profile.n_max)
     tau, latency, speedup = curve[size]
-    return size, (f"hardware-aware: tree size {size} maximises τ(n)/L_fp on the {profile.key.dtype} profile "
-                  f"(τ {tau:.2f}, mean L_fp {1e3 * latency:.1f} ms, predicted {speedup:.2f}x)")
+    return TreeSize(size, tau, latency, f"hardware-aware: tree size {size} maximises τ(n)/L_fp on the "
+                    f"{profile.key.dtype} profile (τ {tau:.2f}, mean L_fp {1e3 * latency:.1f} ms, predicted "
+                    f"{speedup:.2f}x)")
 
 
 @dataclass(frozen=True)

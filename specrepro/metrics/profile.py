@@ -387,23 +387,29 @@ class DtypeChoice:
 
 
 def choose_dtype(profiles: dict[str, Profile], kind: str, gamma: int | str = 4,
-                 alpha: float = DEFAULT_ALPHA_PRIOR, gamma_max: int = 16) -> DtypeChoice:
+                 alpha: float = DEFAULT_ALPHA_PRIOR, gamma_max: int = 16,
+                 tree_cost: Callable[[Profile], tuple[float, str]] | None = None) -> DtypeChoice:
     """The dtype with the lowest expected seconds per token for a method of ``kind``:
 
     - "plain" (autoregressive): L_fp(1);
     - "draft model" / "model-free" (speculative with a draft model, or with c = 0): the profile's
-      (γ·c·L_fp(1) + L_fp(γ+1)) / τ(α, γ) at the given γ, or at each dtype's best γ ≤ gamma_max for "auto".
+      (γ·c·L_fp(1) + L_fp(γ+1)) / τ(α, γ) at the given γ, or at each dtype's best γ ≤ gamma_max for "auto";
+    - "self-drafting" (Medusa, PPD): ``tree_cost(profile)``, the measured latency of the tree forward at the
+      hardware-aware size over its expected tokens per call (``methods.tree_cost``); without one, a c = 0 chain.
     """
     if not profiles:
         raise ValueError("choose_dtype needs at least one profile")
-    if kind not in ("plain", "draft model", "model-free"):
-        raise ValueError(f"kind must be plain, draft model or model-free, got {kind!r}")
+    if kind not in ("plain", "draft model", "model-free", "self-drafting"):
+        raise ValueError(f"kind must be plain, draft model, model-free or self-drafting, got {kind!r}")
     cost, detail = {}, {}
     for name, prof in profiles.items():
         if kind == "plain":
             cost[name], detail[name] = prof.decode_s, f"L_fp(1) {1e3 * prof.decode_s:.1f} ms"
             continue
-        c = 0.0 if kind == "model-free" else prof.c
+        if kind == "self-drafting" and tree_cost is not None:
+            cost[name], detail[name] = tree_cost(prof)
+            continue
+        c = prof.c if kind == "draft model" else 0.0
         if c is None:
             raise ValueError(f"the {name} profile has no draft timing: calibrate with --draft")
         gammas = range(1, min(gamma_max, prof.n_max - 1) + 1) if gamma == "auto" else [int(gamma)]

@@ -1,0 +1,185 @@
+"""Methods as data: one registry that generate, the command line and the bench all read.
+
+A method is a frozen ``Method``: which loop runs it, what it needs, how its drafter is built, how it spends time
+(for the device profile's choices), its token-tree sizing, and, for transformers' baselines, which of our methods
+it must reproduce at T = 0. Adding a method is one entry here (plus its drafter or rule in its own file).
+
+    loop          "ar"            one target forward per token (``autoregressive.py``)
+                  "speculative"   the one verification loop (``speculative.py``) with the method's drafter
+                  "transformers"  ``model.generate`` (``hf_baselines.py``), a baseline measured beside ours
+    kind          "plain" | "draft model" (c > 0) | "model-free" (c = 0) | "self-drafting" (the target's own
+                  forward drafts a token tree whose size the device decides: Medusa heads, PPD prompt tokens)
+"""
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable
+
+from .config import DecodeConfig
+from .drafters import Drafter, LMDrafter, NGramDrafter, NGramTable, PromptLookupDrafter
+
+LOOPS = ("ar", "speculative", "transformers")
+KINDS = ("plain", "draft model", "model-free", "self-drafting")
+
+# (draft, target LoadedModel | None, DecodeConfig | None) -> Drafter
+Builder = Callable[[Any, Any, "DecodeConfig | None"], Drafter]
+
+
+@dataclass(frozen=True)
+class Method:
+    """A decoding method as data; ``describe()`` is what every record's provenance stores about it."""
+
+    loop: str  # one of LOOPS
+    kind: str  # one of KINDS: how it spends time, for the device profile's dtype and γ choices
+    needs: str | None = None  # what ``draft`` must be: "draft model", "n-gram table", a key of models.SELF_DRAFTS
+    build: Builder | None = None  # the drafter of a "speculative" loop method
+    # (weights config, device profile, γ) -> tree.TreeSize: the hardware-aware tree size of token-tree drafters
+    choose_tree_size: Callable[[Any, Any, int | str], Any] | None = None
+    # (draft name or folder | None, target name) -> the self-drafting weights' config (rank probabilities), read
+    # without building a drafter: what --dtype auto weighs a tree method's speed with
+    tree_config: Callable[[Any, str], Any] | None = None
+    counterpart: str | None = None  # a transformers baseline: our method it must reproduce token for token at T = 0
+
+    def __post_init__(self):
+        if self.loop not in LOOPS or self.kind not in KINDS:
+            raise ValueError(f"a method's loop must be one of {LOOPS} and its kind one of {KINDS}, got "
+                             f"{self.loop!r}, {self.kind!r}")
+
+    @property
+    def token_tree(self) -> bool:
+        return self.choose_tree_size is not None
+
+    def describe(self) -> dict:
+        """The method as data, for every record's provenance (the config beside it has γ, tree size and rule)."""
+        return {"loop": self.loop, "kind": self.kind, "needs": self.needs, "token_tree": self.token_tree,
+                "counterpart": self.counterpart}
+
+
+def _ngram(order: int) -> Builder:
+    def build(draft: NGramTable | str | Path, target=None, config=None) -> Drafter:
+        table = draft if isinstance(draft, NGramTable) else NGramTable.load(draft)
+        if table.order < order:
+            raise ValueError(f"a {'bigram' if order == 2 else 'unigram'} draft needs an order-{order} table, "
+                             f"got a {table.name} table")
+        # A bigram table carries its unigram counts, so one fitted file serves both methods.
+        return NGramDrafter(dataclasses.replace(table, order=order))
+    return build
+
+
+def _self_draft_module(kind: str):
+    """(drafter module, weights loader, drafter class) of a self-drafting kind ("medusa heads" or "ppd prompt
+    tokens")."""
+    from .drafters import medusa, ppd
+    if kind == "medusa heads":
+        return medusa, medusa.load_heads, medusa.MedusaDrafter
+    return ppd, ppd.load_prompt_tokens, ppd.PPDDrafter
+
+
+def _self_draft(kind: str, method: str) -> Builder:
+    """Builder of a self-drafting method: the weights from a folder or zoo name, or the target's own in the zoo
+    when none is named, on the target's LM head."""
+    def build(draft: str | Path | None, target, config: DecodeConfig | None) -> Drafter:
+        from .models import self_draft_folder
+        if target is None:
+            raise ValueError(f"{method} drafts from the target's own forward: it needs the target")
+        module, load, drafter = _self_draft_module(kind)
+        param = next(target.model.parameters())
+        weights, wcfg = load(self_draft_folder(kind, draft, target.name), dtype=param.dtype, device=param.device)
+        if wcfg.hidden_size != target.model.config.hidden_size:
+            raise ValueError(f"these {kind} were trained for hidden size {wcfg.hidden_size}, the target has "
+                             f"{target.model.config.hidden_size}")
+        size = config.tree_size if config is not None and config.tree_size else module.DEFAULT_TREE_SIZE
+        return drafter(weights, wcfg, target.model.get_output_embeddings(), tree_size=size)
+    return build
+
+
+def _self_draft_config(kind: str) -> Callable[[Any, str], Any]:
+    def read(draft: str | Path | None, target: str):
+        from .models import self_draft_folder
+        _, load, _ = _self_draft_module(kind)
+        return load(self_draft_folder(kind, draft, target))[1]
+    return read
+
+
+def _medusa_size(config, profile, gamma):
+    from .drafters.medusa import choose_tree_size
+    return choose_tree_size(config, profile, gamma)
+
+
+def _ppd_size(config, profile, gamma):
+    from .drafters.ppd import choose_tree_size
+    return choose_tree_size(config, profile)
+
+
+REGISTRY: dict[str, Method] = {
+    "ar": Method(loop="ar", kind="plain"),
+    "speculative": Method(loop="speculative", kind="draft model", needs="draft model",
+                          build=lambda draft, target=None, config=None: LMDrafter(draft.model)),
+    "prompt-lookup": Method(loop="speculative", kind="model-free",
+                            build=lambda draft, target=None, config=None: PromptLookupDrafter()),
+    "unigram": Method(loop="speculative", kind="model-free", needs="n-gram table", build=_ngram(1)),
+    "bigram": Method(loop="speculative", kind="model-free", needs="n-gram table", build=_ngram(2)),
+    "medusa": Method(loop="speculative", kind="self-drafting", needs="medusa heads",
+                     build=_self_draft("medusa heads", "medusa"), choose_tree_size=_medusa_size,
+                     tree_config=_self_draft_config("medusa heads")),
+    "ppd": Method(loop="speculative", kind="self-drafting", needs="ppd prompt tokens",
+                  build=_self_draft("ppd prompt tokens", "ppd"), choose_tree_size=_ppd_size,
+                  tree_config=_self_draft_config("ppd prompt tokens")),
+    # transformers' own decoders on the same model, prompt ids and settings (hf_baselines.py)
+    "hf-ar": Method(loop="transformers", kind="plain", counterpart="ar"),
+    "hf-assisted": Method(loop="transformers", kind="draft model", needs="draft model", counterpart="speculative"),
+    "hf-prompt-lookup": Method(loop="transformers", kind="model-free", counterpart="prompt-lookup"),
+}
+
+METHODS = tuple(REGISTRY)
+OUR_METHODS = tuple(m for m, spec in REGISTRY.items() if spec.loop != "transformers")
+HF_METHODS = tuple(m for m, spec in REGISTRY.items() if spec.loop == "transformers")
+SPECULATIVE_METHODS = tuple(m for m, spec in REGISTRY.items() if spec.loop == "speculative")
+TREE_METHODS = tuple(m for m, spec in REGISTRY.items() if spec.token_tree)
+DRAFT_MODEL_METHODS = tuple(m for m, spec in REGISTRY.items() if spec.needs == "draft model")
+COUNTERPART = {m: spec.counterpart for m, spec in REGISTRY.items() if spec.counterpart is not None}
+
+
+def method(name: str) -> Method:
+    """The registered method ``name``, or one clear error listing them."""
+    if name not in REGISTRY:
+        raise ValueError(f"unknown method {name!r}; choose one of {', '.join(METHODS)}")
+    return REGISTRY[name]
+
+
+def method_kind(name: str) -> str:
+    """How a method spends time, for the device profile's choices (``Method.kind``)."""
+    return method(name).kind
+
+
+def drafter_for(draft, name: str, target=None, config: DecodeConfig | None = None) -> Drafter:
+    """The drafter of a speculative method: ``draft`` itself if it is one, else built from it (self-drafting
+    methods also need the ``target`` they read, and the ``config``'s tree size)."""
+    spec = method(name)
+    if spec.build is None:
+        raise ValueError(f"{name!r} is not a method of our speculative loop; choose one of "
+                         f"{', '.join(SPECULATIVE_METHODS)}")
+    if isinstance(draft, Drafter):
+        return draft
+    if spec.needs in ("draft model", "n-gram table") and draft is None:
+        flag = "--draft NAME" if spec.needs == "draft model" else "--ngram-table FILE"
+        raise ValueError(f"method {name!r} needs a {spec.needs} ({flag})")
+    return spec.build(draft, target, config)
+
+
+def tree_cost(name: str, draft, target: str, gamma: int | str) -> Callable[[Any], tuple[float, str]] | None:
+    """For a token-tree method, profile -> (seconds per token at the hardware-aware tree size, why): what
+    ``--dtype auto`` compares dtypes by (the tree forward's measured latency over its expected tokens per call),
+    instead of treating the method as a c = 0 chain. None for other methods."""
+    spec = method(name)
+    if spec.tree_config is None:
+        return None
+    config = spec.tree_config(draft, target)
+
+    def cost(profile) -> tuple[float, str]:
+        size = spec.choose_tree_size(config, profile, gamma)
+        return size.latency_s / size.tau, (f"{1e3 * size.latency_s / size.tau:.1f} ms/token with a {size.size}-node "
+                                           f"tree (τ {size.tau:.2f}, L_fp {1e3 * size.latency_s:.1f} ms)")
+    return cost
