@@ -15,6 +15,10 @@ Offline suites (shipped as JSON Lines under ``specrepro/suites/``, original text
   module runs code and is never imported here);
 - ``mixed``     the first 5 of each of instruct, chat, math, summarize, humaneval, in that order.
 
+instruct, chat and summarize carry a reference answer written for this package in
+``extra["reference"]`` (40-150 words; summaries 50-90), what ROUGE-L is scored against; they
+stand in for the references of the MJSD paper's ChatGPT-Prompts, ChatAlpaca and CNN/DailyMail.
+
 Public sets the founding documents evaluate on: MT-Bench, GSM8K, HumanEval and Alpaca (PPD
 paper); ChatGPT-Prompts, ChatAlpaca and CNN/DailyMail (MJSD paper; CNN/DM also in the
 speculative-decoding slides). :func:`load_public` reads one from a
@@ -54,8 +58,8 @@ class Prompt:
     ``messages`` is the whole conversation the model answers, ending with the final user turn
     (whose content equals ``prompt``); a single-turn prompt has one message. ``suite`` names the
     suite the prompt comes from (in ``mixed`` each keeps its own suite). ``extra`` holds
-    per-suite fields: ``category``, ``answer`` (math, GSM8K), ``reference`` (a public set's
-    reference output), ``entry_point`` (HumanEval), ...
+    per-suite fields: ``category``, ``answer`` (math, GSM8K), ``reference`` (a reference
+    output: a public set's, or the one written for an offline suite), ``entry_point`` (HumanEval), ...
     """
 
     id: str
