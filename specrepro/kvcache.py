@@ -11,6 +11,10 @@ which leaves the N node entries in the cache after the committed ones, in tree o
 case). Any other call drops a pending tree first.
 
 Invariant, checked by ``check()``: cache length == len(self.ids) + the pending tree's node count.
+
+Beam search and beam sampling (``specrepro.beam``) continue the committed tokens with B beams at once in a
+``BeamCache``: a batch-B copy made from the batch-1 cache, grown one token per beam per forward and reordered as
+beams are kept. The batch-1 cache is read, never written, so dropping the beams is dropping that object.
 """
 from __future__ import annotations
 
@@ -228,3 +232,62 @@ class CachedModel:
         if self.cache_len != self.tracked_len:
             raise AssertionError(f"cache holds {self.cache_len} positions but {len(self.ids)} token ids"
                                  + (f" and {len(self.tree.tokens)} tree nodes" if self.tree is not None else ""))
+
+
+class BeamCache:
+    """B beams continuing a CachedModel's committed tokens, scored together: one forward of B rows per step.
+
+    It starts with one beam, the committed sequence itself, whose entries are the CachedModel's (shared, batch 1).
+    ``step(parents, tokens)`` makes beam b of the new step continue beam ``parents[b]`` of the last one with
+    ``tokens[b]``: the entries are gathered by ``parents`` (``index_select``, a new [B, H, S, D] tensor per layer)
+    and the forward appends one position per beam (``DynamicLayer`` concatenates, again a new tensor). Neither
+    writes into the batch-1 cache, so it stays equal to what a fresh forward over the committed tokens gives, and
+    the beams go when this object does. Positions follow from the cache length: every beam is as long as the others.
+    """
+
+    def __init__(self, lm: CachedModel):
+        lm._drop_tree()  # as any other call does: a pending tree is not part of the committed sequence
+        if not lm.ids or lm.cache_len != len(lm.ids):
+            raise ValueError(f"beams start from a cache that holds the committed tokens; it holds {lm.cache_len} "
+                             f"positions for {len(lm.ids)} token ids (score the prefix with logits_for first)")
+        odd = {type(layer).__name__ for layer in lm.cache.layers if type(layer) is not DynamicLayer}
+        if odd:
+            raise ValueError(f"beams need plain full-attention cache layers, this cache has {sorted(odd)}")
+        self.lm = lm
+        self.n_prefix = len(lm.ids)  # committed positions every beam starts from
+        self.num_beams = 1  # beams after the last step (the committed sequence alone before the first)
+        self.steps = 0  # positions each beam has added
+        self.cache = DynamicCache(config=lm.model.config)
+        for mine, theirs in zip(self.cache.layers, lm.cache.layers):
+            if theirs.is_initialized:
+                mine.lazy_initialization(theirs.keys, theirs.values)
+                mine.keys, mine.values = theirs.keys, theirs.values  # [1, H, S, D], shared until the first step
+
+    def step(self, parents: torch.Tensor, tokens: torch.Tensor) -> torch.Tensor:
+        """parents [B] (beams of the last step), tokens [B] -> logits [B, V]: row b is the next-token logits after
+        beam parents[b] extended by tokens[b]."""
+        parents, tokens = torch.as_tensor(parents, dtype=torch.long), torch.as_tensor(tokens, dtype=torch.long)
+        if parents.dim() != 1 or tokens.shape != parents.shape or parents.numel() == 0:
+            raise ValueError(f"expected parents [B] and tokens [B], B >= 1; got {tuple(parents.shape)} and "
+                             f"{tuple(tokens.shape)}")
+        if int(parents.min()) < 0 or int(parents.max()) >= self.num_beams:
+            raise ValueError(f"parents must index the {self.num_beams} beams of the last step, got {parents.tolist()}")
+        device = self.lm.device
+        with torch.inference_mode():
+            self.cache.reorder_cache(parents.to(device))  # [1 or B', H, S, D] -> [B, H, S, D]
+            out = self.lm.model(input_ids=tokens.to(device)[:, None], past_key_values=self.cache, use_cache=True,
+                                logits_to_keep=1)  # input [B, 1]
+        self.num_beams, self.steps = parents.numel(), self.steps + 1
+        return out.logits[:, -1]  # [B, V]
+
+    def check(self) -> None:
+        """Every beam holds the committed positions and its own ``steps`` new ones; the batch-1 cache is unchanged."""
+        expected = (self.num_beams, self.n_prefix + self.steps)
+        for layer in self.cache.layers:
+            if layer.is_initialized and (layer.keys.shape[0], layer.keys.shape[-2]) != expected:
+                raise AssertionError(f"a beam cache layer holds {tuple(layer.keys.shape)}, expected "
+                                     f"{expected[0]} beams of {expected[1]} positions")
+        if len(self.lm.ids) != self.n_prefix:
+            raise AssertionError(f"the committed sequence changed under the beams ({self.n_prefix} -> "
+                                 f"{len(self.lm.ids)} tokens)")
+        self.lm.check()
