@@ -5,16 +5,19 @@ import argparse
 import json
 import sys
 
-from .config import ACCEPTANCE_RULES, DecodeConfig, SamplingConfig
+from .config import ACCEPTANCE_RULES, PRESETS, DecodeConfig, MethodParams, SamplingConfig
 
 
 def add_decode_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--target", default="smollm2-135m-instruct", help="zoo name, local folder or hub id")
     p.add_argument("--draft", default=None, help="zoo name, local folder, hub id, or layers:K (self-draft)")
     p.add_argument("--max-new-tokens", type=int, default=64)
-    p.add_argument("--temperature", type=float, default=0.0)
-    p.add_argument("--top-k", type=int, default=0)
-    p.add_argument("--top-p", type=float, default=1.0)
+    p.add_argument("--temperature", type=float, default=None, help="0 (default): argmax")
+    p.add_argument("--top-k", type=int, default=None, help="keep the k most likely tokens (default 0: all)")
+    p.add_argument("--top-p", type=float, default=None, help="nucleus mass (default 1: all)")
+    p.add_argument("--preset", default=None, choices=sorted(PRESETS),
+                   help="a named warping instead of --temperature/--top-k/--top-p: mjsd = the MJSD paper's top-k 20 "
+                        "then top-p 0.9 at T = 1 (its 'greedy' baseline is ar sampling with it)")
     p.add_argument("--gamma", type=gamma_arg, default=4,
                    help="draft tokens per step, or auto: chosen each step from the device profile and α so far")
     p.add_argument("--tree-size", type=int, default=None,
@@ -22,11 +25,38 @@ def add_decode_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--acceptance", default="exact", choices=ACCEPTANCE_RULES,
                    help="verification rule: exact (lossless, default), greedy (T = 0 only) or typical "
                         "(Medusa's typical acceptance: LOSSY, faster at T > 0)")
+    defaults = MethodParams()
+    p.add_argument("--num-beams", type=int, default=defaults.num_beams,
+                   help="mjsd: beams of the draft's beam sampling; mjgd: beams of the target's beam search")
+    p.add_argument("--tau", type=float, default=defaults.tau,
+                   help="mjsd: a prefix passes when min(1, p(x_1:j)/q(x_1:j)) > tau, tau in [0, 1]")
+    p.add_argument("--fallback-threshold", type=float, default=defaults.fallback_threshold,
+                   help="bild: the draft stops where its max probability falls below this (τ1)")
+    p.add_argument("--rollback-threshold", type=float, default=defaults.rollback_threshold,
+                   help="bild: roll back from the first token with −log p(x) above this (τ2, nats)")
+    p.add_argument("--num-drafts", type=int, default=defaults.num_drafts,
+                   help="spectr, multi-draft: i.i.d. draft sequences verified together (m)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--dtype", default="auto",
                    help="auto (default: the fastest for the method per the device profile), bf16, fp16 or fp32")
     p.add_argument("--device", default=None, help="cpu or cuda (default: cuda when available)")
     p.add_argument("--no-chat-template", action="store_true", help="feed the prompt as plain text")
+
+
+def sampling_from(args: argparse.Namespace) -> SamplingConfig:
+    """--preset, or --temperature/--top-k/--top-p (defaults: argmax); both at once is one clear error."""
+    given = {k: v for k, v in (("temperature", args.temperature), ("top_k", args.top_k), ("top_p", args.top_p))
+             if v is not None}
+    if args.preset is not None:
+        if given:
+            raise ValueError(f"--preset {args.preset} sets the warping; drop {', '.join('--' + k.replace('_', '-') for k in given)}")
+        return PRESETS[args.preset]
+    return SamplingConfig(**given)
+
+
+def params_from(args: argparse.Namespace) -> MethodParams:
+    return MethodParams(num_beams=args.num_beams, tau=args.tau, fallback_threshold=args.fallback_threshold,
+                        rollback_threshold=args.rollback_threshold, num_drafts=args.num_drafts)
 
 
 def gamma_arg(value: str) -> int | str:
@@ -55,7 +85,7 @@ def plan_dtype_and_gamma(method: str, args: argparse.Namespace):
         torch.set_num_threads(args.threads)
     device = torch.device(args.device) if args.device else default_device()
     draft = args.draft if kind == "draft model" else None
-    alpha = draft_alpha_prior(draft, args.temperature) if draft else None
+    alpha = draft_alpha_prior(draft, sampling_from(args).temperature) if draft else None
     profiles = {}
 
     def profile(dtype: str):
@@ -100,9 +130,9 @@ def cmd_generate(args: argparse.Namespace) -> int:
                          f"(transformers' baselines run in bench)")
     spec = method(args.method)
     needs = spec.needs
-    sampling = SamplingConfig(temperature=args.temperature, top_k=args.top_k, top_p=args.top_p)
-    config = DecodeConfig(method=args.method, max_new_tokens=args.max_new_tokens, gamma=args.gamma,
-                          sampling=sampling, tree_size=args.tree_size, acceptance=args.acceptance, seed=args.seed)
+    config = spec.resolve(DecodeConfig(method=args.method, max_new_tokens=args.max_new_tokens, gamma=args.gamma,
+                                       sampling=sampling_from(args), tree_size=args.tree_size,
+                                       acceptance=args.acceptance, seed=args.seed, params=params_from(args)))
     if args.prompt is not None:
         prompts = [("prompt", [("user", args.prompt)])]
     else:
@@ -144,7 +174,8 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="cmd", required=True)
     gen = sub.add_parser("generate", help="generate text with one method")
     gen.add_argument("--method", default="speculative",
-                     help="ar, speculative, prompt-lookup, unigram, bigram, medusa or ppd")
+                     help="ar, speculative, prompt-lookup, unigram, bigram, medusa, ppd, mjgd (K = --gamma), mjsd, "
+                          "bild, spectr or multi-draft")
     src = gen.add_mutually_exclusive_group(required=True)
     src.add_argument("--prompt", help="one prompt text")
     src.add_argument("--prompts", help='JSON Lines file, one {"prompt": ...} per line')
@@ -168,9 +199,10 @@ def build_parser() -> argparse.ArgumentParser:
 
     bench = sub.add_parser("bench", help="benchmark methods on a prompt suite (see specrepro.bench)")
     bench.add_argument("--methods", required=True,
-                       help="comma-separated: ar, speculative, prompt-lookup, unigram, bigram, medusa, ppd, hf-ar, "
-                            "hf-assisted, hf-prompt-lookup; each may carry its own dtype, γ and tree size: "
-                            "speculative:fp32:g2, prompt-lookup:auto:gauto, ppd:t20")
+                       help="comma-separated: ar, speculative, prompt-lookup, unigram, bigram, medusa, ppd, mjgd, mjsd, "
+                            "bild, spectr, multi-draft, hf-ar, hf-assisted, hf-prompt-lookup; each may carry its own "
+                            "dtype, γ, tree size, rule, beams, drafts and τ: speculative:fp32:g2, "
+                            "prompt-lookup:auto:gauto, ppd:t20, mjsd:b4:tau0.5, spectr:m2")
     src = bench.add_mutually_exclusive_group(required=True)
     src.add_argument("--suite", help="offline suite: instruct, chat, math, summarize, humaneval or mixed")
     src.add_argument("--prompts", help='JSON Lines file, one {"prompt": ...} per line')
@@ -182,6 +214,8 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--ngram-table", default=None, help="n-gram table (.npz) for unigram / bigram")
     bench.add_argument("--warmup-tokens", type=int, default=16, help="tokens per warm-up run (0: no warm-up)")
     bench.add_argument("--no-progress", action="store_true", help="no progress bar")
+    bench.add_argument("--no-quality", action="store_true",
+                       help="skip the quality scores (perplexity under the target, ROUGE-L) of every record")
     bench.add_argument("--gamma-max", type=int, default=16, help="largest γ that --gamma auto considers")
     bench.set_defaults(func=cmd_bench)
     return parser
@@ -228,11 +262,14 @@ def cmd_bench(args: argparse.Namespace) -> int:
     from .bench import BenchConfig, format_summary, run_bench
 
     source = f"suite:{args.suite}" if args.suite else f"file:{Path(args.prompts).resolve()}"
+    sampling = sampling_from(args)
     config = BenchConfig(
         methods=tuple(m.strip() for m in args.methods.split(",") if m.strip()), target=args.target,
         draft=args.draft, prompts=source, limit=args.limit, max_new_tokens=args.max_new_tokens,
-        temperature=args.temperature, top_k=args.top_k, top_p=args.top_p, gamma=args.gamma, gamma_max=args.gamma_max,
-        tree_size=args.tree_size, acceptance=args.acceptance,
+        temperature=sampling.temperature, top_k=sampling.top_k, top_p=sampling.top_p, preset=args.preset,
+        gamma=args.gamma, gamma_max=args.gamma_max, tree_size=args.tree_size, acceptance=args.acceptance,
+        num_beams=args.num_beams, tau=args.tau, fallback_threshold=args.fallback_threshold,
+        rollback_threshold=args.rollback_threshold, num_drafts=args.num_drafts, quality=not args.no_quality,
         repeats=args.repeats, seed=args.seed, dtype=args.dtype, device=args.device, threads=args.threads,
         ngram_table=str(Path(args.ngram_table).resolve()) if args.ngram_table else None,
         chat_template=not args.no_chat_template, warmup_tokens=args.warmup_tokens)

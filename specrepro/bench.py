@@ -6,8 +6,10 @@
 
 A method may be listed as a *variant* with its own dtype, γ, tree size and acceptance rule, so one run compares
 them side by side: ``speculative:fp32:g2``, ``prompt-lookup:bf16:gauto``, ``ar:fp32``, ``ppd:t20``,
-``medusa:typical`` (fields after the name in any order: a dtype bf16 | fp16 | fp32 | auto, gN or gauto, tN, and a
-rule exact | greedy | typical). Unset fields take ``--dtype``, ``--gamma``, ``--tree-size`` and ``--acceptance``.
+``medusa:typical``, ``mjsd:b4:tau0.5``, ``spectr:m2`` (fields after the name in any order: a dtype bf16 | fp16 |
+fp32 | auto, gN or gauto, tN, a rule exact | greedy | typical | ..., bN beams, mN drafts, tauX MJSD's threshold).
+Unset fields take ``--dtype``, ``--gamma``, ``--tree-size``, ``--acceptance``, ``--num-beams``, ``--num-drafts`` and
+``--tau``.
 
 How the timings are kept fair:
 
@@ -29,7 +31,11 @@ Files in ``DIR``:
                        load, seeds, the device profile of every session, and the T = 0 cross-check (records whose
                        tokens differ from ar or their counterpart at the same dtype);
 - ``summary.csv``      per variant: tokens/s, speedup vs the ``ar`` baseline, α, tokens per target call, c, β,
-                       the predicted speedup and efficiency = measured / predicted; written at the end.
+                       the predicted speedup and efficiency = measured / predicted, whether the rule is lossless,
+                       and quality and energy: perplexity of the outputs under the target (MJSD paper Eq. 1,
+                       pooled over tokens), ROUGE-L against the suite's references, joules per token (NVML on
+                       CUDA, RAPL on a CPU that exposes it, else empty with the reason in the provenance);
+                       written at the end.
 """
 from __future__ import annotations
 
@@ -51,13 +57,15 @@ import torch
 from .adaptive import AdaptiveGamma, FixedGamma
 from .bench_summary import (SUMMARY_COLUMNS, format_summary, mismatches, pooled_profile, predicted_speedup,
                             read_summary, summarize, write_summary)
-from .config import ACCEPTANCE_RULES, DecodeConfig, SamplingConfig
+from .config import ACCEPTANCE_RULES, DecodeConfig, MethodParams, SamplingConfig
 from .decoding import eos_ids, model_device
 from .drafters import Drafter
 from .generate import encode_prompt, generate_ids
 from .hf_baselines import assisted_unsupported, hf_generate
 from .methods import (DRAFT_MODEL_METHODS, HF_METHODS, METHODS, REGISTRY, TREE_METHODS, drafter_for, method_kind,
                       tree_cost)
+from .metrics.energy import open_meter
+from .metrics.quality import perplexity, rouge_l
 from .metrics.profile import (DEFAULT_ALPHA_PRIOR, Profile, ProfileKey, candidate_dtypes, choose_dtype, cpu_info,
                               dtype_name, measure)
 from .models import LoadedModel, default_device, draft_alpha_prior, load_draft, load_model, parse_dtype
@@ -70,6 +78,14 @@ __all__ = ["SUMMARY_COLUMNS", "BenchConfig", "BenchPrompt", "BenchResult", "Resu
 
 ALL_METHODS = METHODS  # the registry's: ours and transformers' baselines
 DTYPE_FIELDS = ("auto", "bf16", "fp16", "fp32")
+
+
+def _is_float(text: str) -> bool:
+    try:
+        float(text)
+        return True
+    except ValueError:
+        return False
 
 
 class ResumeMismatch(ValueError):
@@ -85,16 +101,21 @@ class Variant:
     dtype: str | None  # bf16 | fp16 | fp32 | auto, or None for the run's default
     gamma: int | str  # γ or "auto"
     tree_size: int | None = None  # tN: nodes of the draft tree; None: --tree-size, else hardware-aware
-    acceptance: str | None = None  # exact | greedy | typical (LOSSY); None: --acceptance
+    acceptance: str | None = None  # exact | greedy | typical (LOSSY) | ...; None: --acceptance
+    params: tuple[tuple[str, object], ...] = ()  # MethodParams fields set by the label: bN, mN, tauX
 
     @classmethod
     def parse(cls, label: str, default_dtype: str | None, default_gamma: int | str) -> "Variant":
         method, *fields = label.split(":")
         if method not in ALL_METHODS:
             raise ValueError(f"unknown method {method!r} in {label!r}; choose from {', '.join(ALL_METHODS)}")
-        dtype, gamma, tree_size, acceptance = default_dtype, default_gamma, None, None
+        dtype, gamma, tree_size, acceptance, params = default_dtype, default_gamma, None, None, {}
         for field in fields:
-            if field in DTYPE_FIELDS:
+            if field.startswith("tau") and _is_float(field[3:]):
+                params["tau"] = float(field[3:])
+            elif field[:1] in "bm" and field[1:].isdigit() and int(field[1:]) >= 1:
+                params["num_beams" if field[0] == "b" else "num_drafts"] = int(field[1:])
+            elif field in DTYPE_FIELDS:
                 dtype = field
             elif field in ACCEPTANCE_RULES:
                 acceptance = field
@@ -106,14 +127,16 @@ class Variant:
                 gamma = int(field[1:])
             else:
                 raise ValueError(f"bad field {field!r} in {label!r}: expected a dtype ({', '.join(DTYPE_FIELDS)}), "
-                                 f"gN (N >= 1), gauto, tN (tree size N >= 1) or a rule ({', '.join(ACCEPTANCE_RULES)})")
+                                 f"gN (N >= 1), gauto, tN (tree size N >= 1), a rule ({', '.join(ACCEPTANCE_RULES)}), "
+                                 f"bN (beams), mN (drafts) or tauX (MJSD's threshold)")
         if gamma == "auto" and method in HF_METHODS:
             raise ValueError(f"{label}: gamma auto is our loop's policy; transformers' baselines take a fixed γ")
         if tree_size is not None and method not in TREE_METHODS:
             raise ValueError(f"{label}: a tree size (tN) is for token-tree drafters ({', '.join(TREE_METHODS)})")
-        if acceptance is not None and (method == "ar" or method in HF_METHODS):
+        if acceptance is not None and REGISTRY[method].loop != "speculative":
             raise ValueError(f"{label}: an acceptance rule is for our speculative loop")
-        return cls(label, method, dtype, gamma, tree_size, acceptance)
+        MethodParams(**params)  # one clear error for a value out of range
+        return cls(label, method, dtype, gamma, tree_size, acceptance, tuple(sorted(params.items())))
 
 
 @dataclass(frozen=True)
@@ -132,7 +155,14 @@ class BenchConfig:
     gamma: int | str = 4  # γ for every variant that names none; "auto": chosen each step from the profile
     gamma_max: int = 16  # largest γ that gamma auto considers
     tree_size: int | None = None  # nodes of a token-tree drafter (medusa, ppd); None: hardware-aware
-    acceptance: str = "exact"  # verification rule of our loop: exact | greedy | typical (LOSSY)
+    acceptance: str = "exact"  # verification rule of our loop: exact | greedy | typical (LOSSY) | ...
+    preset: str | None = None  # the named warping temperature/top_k/top_p came from ("mjsd"), for the labels
+    num_beams: int = 8  # MJSD's draft beams, MJGD's target beams (MethodParams)
+    tau: float = 0.1  # MJSD's threshold on min(1, p(x_1:j)/q(x_1:j))
+    fallback_threshold: float = 0.9  # BiLD τ1
+    rollback_threshold: float = 2.0  # BiLD τ2
+    num_drafts: int = 4  # SpecTr / multi-draft m
+    quality: bool = True  # score every record: perplexity under the target, ROUGE-L against the references
     repeats: int = 1
     seed: int = 0  # base seed; repeat r uses seed + r
     dtype: str | None = None  # default dtype of the variants: None = the given models' (or the loader's), or auto
@@ -157,6 +187,8 @@ class BenchConfig:
         if self.gamma_max < 1:
             raise ValueError(f"gamma_max must be >= 1, got {self.gamma_max}")
         self.variants()  # validates every label
+        if self.temperature != 0 and any(REGISTRY[v.method].loop == "mjgd" for v in self.variants()):
+            raise ValueError("mjgd searches for the argmax of the joint likelihood: it runs at temperature 0 only")
         self.decode_config("ar", 0)  # validates max_new_tokens, gamma, the sampling knobs
 
     def variants(self) -> list[Variant]:
@@ -165,12 +197,19 @@ class BenchConfig:
     def sampling(self) -> SamplingConfig:
         return SamplingConfig(temperature=self.temperature, top_k=self.top_k, top_p=self.top_p)
 
+    def method_params(self, **changes) -> MethodParams:
+        base = dict(num_beams=self.num_beams, tau=self.tau, fallback_threshold=self.fallback_threshold,
+                    rollback_threshold=self.rollback_threshold, num_drafts=self.num_drafts)
+        return MethodParams(**{**base, **changes})
+
     def decode_config(self, method: str, repeat: int, max_new_tokens: int | None = None,
-                      gamma: int | str | None = None, acceptance: str | None = None) -> DecodeConfig:
-        return DecodeConfig(method=method, max_new_tokens=max_new_tokens or self.max_new_tokens,
-                            gamma=self.gamma if gamma is None else gamma, sampling=self.sampling(),
-                            tree_size=self.tree_size, acceptance=acceptance or self.acceptance,
-                            seed=self.seed + repeat)
+                      gamma: int | str | None = None, acceptance: str | None = None,
+                      params: tuple[tuple[str, object], ...] = ()) -> DecodeConfig:
+        config = DecodeConfig(method=method, max_new_tokens=max_new_tokens or self.max_new_tokens,
+                              gamma=self.gamma if gamma is None else gamma, sampling=self.sampling(),
+                              tree_size=self.tree_size, acceptance=acceptance or self.acceptance,
+                              seed=self.seed + repeat, params=self.method_params(**dict(params)))
+        return REGISTRY[method].resolve(config)
 
     def to_dict(self) -> dict:
         return json.loads(json.dumps(dataclasses.asdict(self)))  # tuples -> lists, as read back
@@ -180,6 +219,7 @@ class BenchConfig:
 class BenchPrompt:
     id: str
     ids: list[int]  # encoded prompt, chat template applied
+    reference: str | None = None  # a reference answer (ROUGE-L), where the suite has one
 
 
 @dataclass
@@ -268,7 +308,8 @@ def encode_prompts(target: LoadedModel, source: str, limit: int | None, chat_tem
         prompts = load_prompts_file(name)[:limit]
     else:
         raise ValueError(f"prompt source must be suite:NAME or file:PATH, got {source!r}")
-    return [BenchPrompt(p.id, encode_prompt(target, list(p.messages), chat_template)) for p in prompts]
+    return [BenchPrompt(p.id, encode_prompt(target, list(p.messages), chat_template), p.extra.get("reference"))
+            for p in prompts]
 
 
 def _digest(prompts: Sequence[BenchPrompt]) -> str:
@@ -486,7 +527,7 @@ def run_bench(config: BenchConfig, out: str | Path, *, target: LoadedModel | Non
                 continue
             t, d = models.at(v.dtype)
             source = {"draft model": d, "n-gram table": config.ngram_table}.get(REGISTRY[v.method].needs)
-            drafters[v.label] = drafter_for(source, v.method, t, config.decode_config(v.method, 0))
+            drafters[v.label] = drafter_for(source, v.method, t, config.decode_config(v.method, 0, params=v.params))
 
     # Tree sizes: named (tN, then --tree-size), else the hardware-aware size on this run's first profile; kept
     # in the provenance so that a resumed run uses the same trees.
@@ -512,17 +553,31 @@ def run_bench(config: BenchConfig, out: str | Path, *, target: LoadedModel | Non
                                           alpha_prior=alpha_prior if kind == "draft model" else None,
                                           gamma_max=config.gamma_max)
 
+    meter = open_meter(device)  # NVML / RAPL total-energy counters read before and after each generation
+
     def run_one(label: str, prompt: BenchPrompt, repeat: int, max_new_tokens: int | None = None):
         v = by_label[label]
         t, d = models.at(v.dtype)
-        dc = config.decode_config(v.method, repeat, max_new_tokens, gamma=v.gamma, acceptance=v.acceptance)
+        dc = config.decode_config(v.method, repeat, max_new_tokens, gamma=v.gamma, acceptance=v.acceptance,
+                                  params=v.params)
         why = provenance["resolved_dtypes"][label]["reason"]
-        if REGISTRY[v.method].loop == "transformers":
-            rec = hf_generate(v.method, t, prompt.ids, dc, eos, d)
-            rec.provenance = {"dtype": v.dtype, "dtype_reason": why}
-            return rec
-        return generate_ids(t, prompt.ids, dc, draft=drafters.get(label), gamma_policy=policy(v),
-                            provenance={"dtype_reason": why})
+        with meter.measure() as energy:
+            if REGISTRY[v.method].loop == "transformers":
+                rec = hf_generate(v.method, t, prompt.ids, dc, eos, d)
+                rec.provenance = {"dtype": v.dtype, "dtype_reason": why}
+            else:
+                rec = generate_ids(t, prompt.ids, dc, draft=drafters.get(label), gamma_policy=policy(v),
+                                   provenance={"dtype_reason": why})
+        rec.set_energy(energy.joules, energy.source, energy.reason)
+        return rec
+
+    def quality(rec, prompt: BenchPrompt) -> dict:
+        """MJSD paper Eq. (1) under the run's reference target (one dtype for every variant), and ROUGE-L."""
+        if not config.quality:
+            return {}
+        ppl = perplexity(models.target.model, prompt.ids, rec.token_ids)
+        return {"perplexity": ppl.ppl, "nll_sum": None if ppl.n == 0 else ppl.mean_nll * ppl.n, "nll_tokens": ppl.n,
+                "rouge_l": rouge_l(rec.text, prompt.reference) if prompt.reference is not None else None}
 
     # A baseline that cannot run with these models is skipped, said on stderr and in the provenance; its
     # summary row has n = 0 rather than the whole benchmark failing.
@@ -536,6 +591,10 @@ def run_bench(config: BenchConfig, out: str | Path, *, target: LoadedModel | Non
     if todo:
         session["skipped"] = skipped
         session["model_notes"] = models.notes
+        session["energy"] = {"source": meter.source, "scope": getattr(meter, "scope", None), "reason": meter.reason}
+        session["quality"] = ({"perplexity": f"MJSD Eq. (1) under the {models.reference} target, unwarped",
+                               "rouge_l": "rouge-score rougeL F-measure, stemmed, against the suite's references"}
+                              if config.quality else None)
         if config.warmup_tokens > 0:
             for v in resolved:
                 if v.label not in skipped:
@@ -549,7 +608,7 @@ def run_bench(config: BenchConfig, out: str | Path, *, target: LoadedModel | Non
                 row = rec.to_dict()
                 row.update(method=label, base_method=v.method, prompt_id=prompt.id, repeat=repeat,
                            seed=config.seed + repeat, target=config.target,
-                           draft=config.draft if v.method in DRAFT_MODEL_METHODS else None)
+                           draft=config.draft if v.method in DRAFT_MODEL_METHODS else None, **quality(rec, prompt))
                 handle.write(json.dumps(row) + "\n")
                 handle.flush()
                 os.fsync(handle.fileno())

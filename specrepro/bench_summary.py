@@ -24,7 +24,8 @@ from .metrics.profile import Latency, Profile
 
 SUMMARY_COLUMNS = ("method", "base_method", "dtype", "gamma", "n", "new_tokens", "wall_time_s", "tokens_per_s",
                    "speedup", "speedup_median", "alpha", "tokens_per_call", "mean_proposed", "c", "beta", "predicted_speedup",
-                   "efficiency", "identical_to_ar", "identical_to_counterpart")
+                   "efficiency", "identical_to_ar", "identical_to_counterpart", "lossless", "perplexity", "rouge_l",
+                   "joules_per_token")
 
 
 def predicted_speedup(alpha: float | None, gamma: int, c: float, beta: float) -> float | None:
@@ -132,7 +133,9 @@ def summarize(records: list[dict], variants: list, greedy: bool, profiles: dict[
         predicted = None
         if profile is not None and baseline is not None and profiles.get(by_label[baseline].dtype):
             base_decode = profiles[by_label[baseline].dtype].decode_s
-            if kind == "plain":
+            if REGISTRY[v.method].loop == "mjgd":
+                predicted = None  # a beam search of the target: no chain or tree model of its cost here
+            elif kind == "plain":
                 predicted = base_decode / profile.decode_s  # no drafting: only the dtype differs
             elif tree:
                 predicted = predicted_for_trees(rs, profile, base_decode)
@@ -152,6 +155,7 @@ def summarize(records: list[dict], variants: list, greedy: bool, profiles: dict[
                                 if greedy and v.method != "ar" else None),
             "identical_to_counterpart": (_identical(rs, by_key, reference_label(v, variants, COUNTERPART[v.method]))
                                          if greedy and v.method in COUNTERPART else None),
+            "lossless": lossless(v.method, rs), **quality_and_energy(rs),
         })
     base_tps = next((r["tokens_per_s"] for r in rows if r["method"] == baseline), None)
     for row in rows:
@@ -161,6 +165,30 @@ def summarize(records: list[dict], variants: list, greedy: bool, profiles: dict[
             if row["predicted_speedup"]:
                 row["efficiency"] = row["speedup"] / row["predicted_speedup"]
     return rows
+
+
+def lossless(method: str, records: list[dict]) -> bool | None:
+    """Whether the variant's tokens are distributed as the target's p: its acceptance rule's flag (records'
+    provenance), True for plain decoding and transformers' decoders, False for MJGD (a search, not a sample)."""
+    flags = {r.get("provenance", {}).get("acceptance", {}).get("lossless") for r in records} - {None}
+    if flags:
+        return all(flags)
+    loop = REGISTRY[method].loop
+    return None if loop == "speculative" else loop != "mjgd"
+
+
+def quality_and_energy(records: list[dict]) -> dict:
+    """Pooled over the variant's records: perplexity exp(Σ NLL / Σ tokens) (MJSD Eq. 1 over all its generated
+    tokens), the mean ROUGE-L of the records that have a reference, and joules per token (empty unless every
+    record has an energy)."""
+    scored = [r for r in records if r.get("nll_tokens")]
+    nll, n = sum(r["nll_sum"] for r in scored), sum(r["nll_tokens"] for r in scored)
+    rouge = [r["rouge_l"] for r in records if r.get("rouge_l") is not None]
+    energy = [r.get("energy_j") for r in records]
+    tokens = sum(r["new_tokens"] for r in records)
+    return {"perplexity": math.exp(nll / n) if n else None,
+            "rouge_l": statistics.mean(rouge) if rouge else None,
+            "joules_per_token": (sum(energy) / tokens if records and tokens and None not in energy else None)}
 
 
 def _median_speedup(records: list[dict], by_key: dict, baseline: str | None) -> float | None:
@@ -182,7 +210,7 @@ def mismatches(records: list[dict], variants: list, greedy: bool) -> list[str]:
     by_label = {v.label: v for v in variants}
     for r in records:
         v = by_label.get(r["method"])
-        if v is None:
+        if v is None or lossless(v.method, [r]) is False:  # a lossy method differs from AR by design
             continue
         refs = {reference_label(v, variants, "ar"), reference_label(v, variants, COUNTERPART.get(v.method, "ar"))}
         for other in refs - {None, v.label}:
@@ -227,7 +255,8 @@ def format_summary(rows: list[dict]) -> str:
             return "-"
         return f"{v:.3f}" if isinstance(v, float) and not math.isnan(v) else str(v)
     cols = ("method", "dtype", "n", "tokens_per_s", "speedup", "speedup_median", "alpha", "tokens_per_call", "mean_proposed", "c",
-            "beta", "predicted_speedup", "efficiency", "identical_to_ar", "identical_to_counterpart")
+            "beta", "predicted_speedup", "efficiency", "identical_to_ar", "identical_to_counterpart", "lossless",
+            "perplexity", "rouge_l", "joules_per_token")
     cells = [[fmt(r.get(c)) for c in cols] for r in rows]
     widths = [max(len(c), *(len(row[i]) for row in cells)) for i, c in enumerate(cols)]
     lines = ["  ".join(c.ljust(w) for c, w in zip(cols, widths))]

@@ -11,7 +11,9 @@ import math
 from dataclasses import dataclass
 
 
-ACCEPTANCE_RULES = ("exact", "greedy", "typical")  # the names of specrepro.acceptance.TREE_RULES
+# the names of specrepro.acceptance.TREE_RULES: lossless "exact", "greedy" (T = 0), "spectr"; LOSSY "typical"
+# (Medusa), "mjsd" (joint-likelihood threshold), "bild" (BiLD's rollback)
+ACCEPTANCE_RULES = ("exact", "greedy", "typical", "spectr", "mjsd", "bild")
 
 
 @dataclass(frozen=True)
@@ -35,6 +37,39 @@ class SamplingConfig:
         return self.temperature == 0.0
 
 
+# Named warpings. "mjsd": the MJSD paper's Appendix D, applied to p and q alike: keep the top 20 tokens, then the
+# smallest set with mass >= 0.9, at temperature 1. Its "greedy decoding" baseline is AR *sampling* from this.
+PRESETS: dict[str, SamplingConfig] = {}
+
+
+@dataclass(frozen=True)
+class MethodParams:
+    """Parameters of the MJSD paper's methods and baselines; defaults from its Table 5 (Llama, ChatGPT-Prompts)."""
+
+    num_beams: int = 8  # MJSD: beams of the draft's beam sampling; MJGD: beams of the target's beam search
+    tau: float = 0.1  # MJSD: a prefix x_1:j passes when min(1, p(x_1:j)/q(x_1:j)) > τ, τ in [0, 1]
+    fallback_threshold: float = 0.9  # BiLD τ1: the draft stops where its max probability falls below τ1
+    rollback_threshold: float = 2.0  # BiLD τ2: the target rolls back from the first token with −log p(x) > τ2
+    num_drafts: int = 4  # SpecTr m: i.i.d. draft sequences verified together
+
+    def __post_init__(self) -> None:
+        def whole(x) -> bool:
+            return isinstance(x, int) and not isinstance(x, bool)
+        if not whole(self.num_beams) or self.num_beams < 1:
+            raise ValueError(f"num_beams must be an integer >= 1, got {self.num_beams!r}")
+        if not whole(self.num_drafts) or self.num_drafts < 1:
+            raise ValueError(f"num_drafts must be an integer >= 1, got {self.num_drafts!r}")
+        if not (isinstance(self.tau, (int, float)) and 0.0 <= self.tau <= 1.0):
+            raise ValueError(f"tau (MJSD's acceptance threshold) must be in [0, 1], got {self.tau!r}")
+        if not (isinstance(self.fallback_threshold, (int, float)) and 0.0 <= self.fallback_threshold <= 1.0):
+            raise ValueError(f"fallback_threshold (BiLD τ1, a probability) must be in [0, 1], "
+                             f"got {self.fallback_threshold!r}")
+        if not (isinstance(self.rollback_threshold, (int, float)) and math.isfinite(self.rollback_threshold)
+                and self.rollback_threshold >= 0):
+            raise ValueError(f"rollback_threshold (BiLD τ2, a cross-entropy in nats) must be a finite number >= 0, "
+                             f"got {self.rollback_threshold!r}")
+
+
 @dataclass(frozen=True)
 class DecodeConfig:
     """One generation: which method, how many tokens, the sampling rule and the seed."""
@@ -49,6 +84,7 @@ class DecodeConfig:
     acceptance: str = "exact"
     seed: int = 0  # seeds the torch.Generator that supplies every uniform the decoder draws
     stop_at_eos: bool = True
+    params: MethodParams = MethodParams()  # MJSD, MJGD, BiLD and SpecTr parameters (ignored by other methods)
 
     def __post_init__(self) -> None:
         if not isinstance(self.max_new_tokens, int) or self.max_new_tokens < 1:
@@ -67,3 +103,6 @@ class DecodeConfig:
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)
+
+
+PRESETS["mjsd"] = SamplingConfig(temperature=1.0, top_k=20, top_p=0.9)

@@ -3,13 +3,13 @@ from __future__ import annotations
 
 from typing import Sequence
 
-from .acceptance import TREE_RULES
 from .adaptive import GammaPolicy
 from .autoregressive import autoregressive_generate
 from .config import DecodeConfig
 from .decoding import eos_ids
 from .drafters import Drafter, NGramTable
-from .methods import METHODS, REGISTRY, drafter_for, method
+from .methods import METHODS, REGISTRY, drafter_for, method, rule_for
+from .mjgd import mjgd_generate
 from .models import LoadedModel
 from .record import GenerationRecord
 from .speculative import speculative_generate
@@ -64,11 +64,17 @@ def generate_ids(target: LoadedModel, prompt_ids, config: DecodeConfig,
     prompt_ids = single_sequence(prompt_ids)
     eos = eos_ids(target.model, target.tokenizer)
     spec = method(config.method)
+    config = spec.resolve(config)
     if spec.loop == "ar":
         rec = autoregressive_generate(target.model, prompt_ids, config, eos, target.context_length)
+    elif spec.loop == "mjgd":
+        if not isinstance(config.gamma, int):
+            raise ValueError(f"MJGD commits K = gamma tokens per step: give an integer gamma, not {config.gamma!r}")
+        rec = mjgd_generate(target.model, prompt_ids, config, eos, target.context_length, k=config.gamma,
+                            num_beams=config.params.num_beams)
     elif spec.loop == "speculative":
         rec = speculative_generate(target.model, drafter_for(draft, config.method, target, config), prompt_ids, config, eos,
-                                   rule=TREE_RULES[config.acceptance], context_length=target.context_length,
+                                   rule=rule_for(config), context_length=target.context_length,
                                    method=config.method, gamma_policy=gamma_policy)
     else:
         raise ValueError(f"{config.method!r} is transformers' own decoder: run it with hf_baselines.hf_generate")

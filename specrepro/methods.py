@@ -5,8 +5,11 @@ A method is a frozen ``Method``: which loop runs it, what it needs, how its draf
 it must reproduce at T = 0. Adding a method is one entry here (plus its drafter or rule in its own file).
 
     loop          "ar"            one target forward per token (``autoregressive.py``)
+                  "mjgd"          K tokens per step by beam search with the target (``mjgd.py``, MJSD paper §3.1)
                   "speculative"   the one verification loop (``speculative.py``) with the method's drafter
                   "transformers"  ``model.generate`` (``hf_baselines.py``), a baseline measured beside ours
+    rule          the acceptance rule a speculative method verifies with when it has its own (SpecTr, MJSD, BiLD);
+                  None: the config's ``acceptance`` (exact by default)
     kind          "plain" | "draft model" (c > 0) | "model-free" (c = 0) | "self-drafting" (the target's own
                   forward drafts a token tree whose size the device decides: Medusa heads, PPD prompt tokens)
 """
@@ -20,7 +23,7 @@ from typing import Any, Callable
 from .config import DecodeConfig
 from .drafters import Drafter, LMDrafter, NGramDrafter, NGramTable, PromptLookupDrafter
 
-LOOPS = ("ar", "speculative", "transformers")
+LOOPS = ("ar", "mjgd", "speculative", "transformers")
 KINDS = ("plain", "draft model", "model-free", "self-drafting")
 
 # (draft, target LoadedModel | None, DecodeConfig | None) -> Drafter
@@ -41,6 +44,7 @@ class Method:
     # without building a drafter: what --dtype auto weighs a tree method's speed with
     tree_config: Callable[[Any, str], Any] | None = None
     counterpart: str | None = None  # a transformers baseline: our method it must reproduce token for token at T = 0
+    rule: str | None = None  # the method's own acceptance rule (acceptance.TREE_RULES); None: config.acceptance
 
     def __post_init__(self):
         if self.loop not in LOOPS or self.kind not in KINDS:
@@ -54,7 +58,18 @@ class Method:
     def describe(self) -> dict:
         """The method as data, for every record's provenance (the config beside it has γ, tree size and rule)."""
         return {"loop": self.loop, "kind": self.kind, "needs": self.needs, "token_tree": self.token_tree,
-                "counterpart": self.counterpart}
+                "counterpart": self.counterpart, "rule": self.rule}
+
+    def resolve(self, config: DecodeConfig) -> DecodeConfig:
+        """The config this method runs with: a method with its own rule takes it (the config's default "exact"
+        is replaced, so the record names the rule really used); asking such a method for another rule is an
+        error."""
+        if self.rule is None or config.acceptance == self.rule:
+            return config
+        if config.acceptance != "exact":
+            raise ValueError(f"method {config.method!r} verifies with its own rule {self.rule!r}, not "
+                             f"{config.acceptance!r}")
+        return dataclasses.replace(config, acceptance=self.rule)
 
 
 def _ngram(order: int) -> Builder:
@@ -113,8 +128,40 @@ def _ppd_size(config, profile, gamma):
     return choose_tree_size(config, profile)
 
 
+def _draft_model(make: Callable[[Any, DecodeConfig | None], Drafter]) -> Builder:
+    """Builder of a drafter around a draft model; ``make(model, config)`` reads the method's parameters."""
+    def build(draft, target=None, config: DecodeConfig | None = None) -> Drafter:
+        return make(draft.model, config if config is not None else DecodeConfig())
+    return build
+
+
+def _beam(model, config: DecodeConfig) -> Drafter:
+    from .drafters.beam import BeamDrafter
+    return BeamDrafter(model, num_beams=config.params.num_beams)
+
+
+def _bild(model, config: DecodeConfig) -> Drafter:
+    from .drafters.bild import BiLDDrafter
+    return BiLDDrafter(model, fallback_threshold=config.params.fallback_threshold)
+
+
+def _multi_draft(model, config: DecodeConfig) -> Drafter:
+    from .drafters.lm_tree import MultiDraftDrafter
+    return MultiDraftDrafter(model, num_drafts=config.params.num_drafts)
+
+
 REGISTRY: dict[str, Method] = {
     "ar": Method(loop="ar", kind="plain"),
+    # MJSD paper (seed 000): MJGD, MJSD and its baselines SpecTr and BiLD; SpecInfer-style multi-draft beside SpecTr
+    "mjgd": Method(loop="mjgd", kind="plain"),
+    "mjsd": Method(loop="speculative", kind="draft model", needs="draft model", build=_draft_model(_beam),
+                   rule="mjsd"),
+    "bild": Method(loop="speculative", kind="draft model", needs="draft model", build=_draft_model(_bild),
+                   rule="bild"),
+    "spectr": Method(loop="speculative", kind="draft model", needs="draft model", build=_draft_model(_multi_draft),
+                     rule="spectr"),
+    "multi-draft": Method(loop="speculative", kind="draft model", needs="draft model",
+                          build=_draft_model(_multi_draft)),
     "speculative": Method(loop="speculative", kind="draft model", needs="draft model",
                           build=lambda draft, target=None, config=None: LMDrafter(draft.model)),
     "prompt-lookup": Method(loop="speculative", kind="model-free",
@@ -183,3 +230,14 @@ def tree_cost(name: str, draft, target: str, gamma: int | str) -> Callable[[Any]
         return size.latency_s / size.tau, (f"{1e3 * size.latency_s / size.tau:.1f} ms/token with a {size.size}-node "
                                            f"tree (τ {size.tau:.2f}, L_fp {1e3 * size.latency_s:.1f} ms)")
     return cost
+
+
+def rule_for(config: DecodeConfig):
+    """The acceptance rule ``config.acceptance`` names, with the method parameters it reads (MJSD's τ, BiLD's τ2)."""
+    from .acceptance import TREE_RULES
+    rule = TREE_RULES[config.acceptance]
+    if config.acceptance == "mjsd":
+        return rule.with_params(tau=config.params.tau)
+    if config.acceptance == "bild":
+        return rule.with_params(rollback_threshold=config.params.rollback_threshold)
+    return rule

@@ -35,6 +35,10 @@ class GenerationRecord:
     time_target_s: float = 0.0
     time_other_s: float = 0.0
     stop_reason: str = ""  # "eos" or "max_new_tokens"
+    # energy of the whole generation from a total-energy counter (NVML on CUDA, RAPL on a CPU), None when there is
+    # none (``energy["reason"]`` says why); split into draft and target by their shares of the wall time
+    energy_j: float | None = None
+    energy: dict = field(default_factory=dict)
     config: dict = field(default_factory=dict)
     provenance: dict = field(default_factory=dict)  # dtype and why, device, the γ policy: what made this record
 
@@ -53,10 +57,23 @@ class GenerationRecord:
         return pooled_alpha(self.accept_lengths, self.proposed_lengths)
 
     @property
+    def joules_per_token(self) -> float | None:
+        return self.energy_j / self.new_tokens if self.energy_j is not None and self.new_tokens else None
+
+    def set_energy(self, joules: float | None, source: str, reason: str | None = None) -> None:
+        """Record a measured energy and its split by time share: draft, target, and the rest of the loop."""
+        self.energy_j = joules
+        self.energy = {"source": source, "reason": reason}
+        if joules is not None and self.wall_time_s > 0:
+            self.energy.update(draft_j=joules * self.time_draft_s / self.wall_time_s,
+                               target_j=joules * self.time_target_s / self.wall_time_s)
+
+    @property
     def tokens_per_s(self) -> float:
         return self.new_tokens / self.wall_time_s if self.wall_time_s > 0 else float("nan")
 
     def to_dict(self) -> dict:
         d = dataclasses.asdict(self)
-        d.update(new_tokens=self.new_tokens, alpha=self.alpha, tokens_per_s=self.tokens_per_s)
+        d.update(new_tokens=self.new_tokens, alpha=self.alpha, tokens_per_s=self.tokens_per_s,
+                 joules_per_token=self.joules_per_token)
         return d

@@ -179,7 +179,7 @@ def _row_after(path: list[int]) -> int:
     return path[-1] + 1 if path else 0
 
 
-TREE_RULES: dict[str, TreeRule] = {
+RULES: dict[str, TreeRule] = {  # this file's rules; acceptance.TREE_RULES gathers every family
     "greedy": TreeRule("greedy", lossless=True, fn=tree_greedy),  # exact only at T = 0 (one-hot p)
     "exact": TreeRule("exact", lossless=True, fn=tree_sampling),
     "typical": TreeRule("typical", lossless=False, fn=typical_acceptance, params=TypicalParams()),

@@ -1,0 +1,136 @@
+"""The MJSD paper's methods wired through the one registry: generate, the command line and the bench.
+
+The rules and drafters are tested on their own in test_mjsd.py, test_mjgd.py, test_spectr.py and test_bild.py;
+here: each method runs through ``generate_ids`` with its own rule and parameters, records say which rules are
+lossy, the bench scores quality and energy, and bad parameters get one clear error.
+"""
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+import torch
+
+from specrepro.__main__ import build_parser, main, sampling_from
+from specrepro.bench import BenchConfig, BenchPrompt, Variant, run_bench
+from specrepro.config import PRESETS, DecodeConfig, MethodParams, SamplingConfig
+from specrepro.generate import generate_ids
+from specrepro.metrics.quality import perplexity
+from specrepro.models import LoadedModel, layer_skip_draft, tiny_model
+
+pytestmark = pytest.mark.usefixtures("one_thread")
+
+
+@pytest.fixture(scope="module")
+def pair():
+    target = LoadedModel("tiny", tiny_model(vocab_size=32, n_layers=2, hidden=16, seed=0), None)
+    return target, LoadedModel("layers:1", layer_skip_draft(target.model, 1), None)
+
+
+@pytest.mark.parametrize("method, rule, lossless", [("mjsd", "mjsd", False), ("bild", "bild", False),
+                                                    ("spectr", "spectr", True), ("multi-draft", "exact", True)])
+def test_each_method_verifies_with_its_own_rule_and_records_it(pair, method, rule, lossless):
+    target, draft = pair
+    config = DecodeConfig(method=method, max_new_tokens=12, gamma=3, sampling=PRESETS["mjsd"], seed=1,
+                          params=MethodParams(num_beams=3, tau=0.2, num_drafts=2, fallback_threshold=0.2,
+                                              rollback_threshold=3.0))
+    rec = generate_ids(target, [1, 2, 3, 4], config, draft=draft)
+    assert rec.new_tokens == 12 and rec.config["acceptance"] == rule
+    assert rec.provenance["acceptance"]["name"] == rule and rec.provenance["acceptance"]["lossless"] is lossless
+    assert rec.config["params"]["num_beams"] == 3 and rec.provenance["method"]["rule"] == (
+        None if method == "multi-draft" else rule)
+    if method == "mjsd":
+        assert rec.provenance["acceptance"]["params"]["tau"] == 0.2
+    if method == "bild":
+        assert rec.provenance["acceptance"]["params"]["rollback_threshold"] == 3.0
+
+
+def test_a_method_with_its_own_rule_refuses_another(pair):
+    target, draft = pair
+    with pytest.raises(ValueError, match="verifies with its own rule 'mjsd', not 'typical'"):
+        generate_ids(target, [1, 2, 3], DecodeConfig(method="mjsd", acceptance="typical", max_new_tokens=4,
+                                                     sampling=PRESETS["mjsd"]), draft=draft)
+
+
+def test_mjgd_runs_from_the_registry_with_k_from_gamma(pair):
+    target, _ = pair
+    greedy = generate_ids(target, [1, 2, 3], DecodeConfig(method="ar", max_new_tokens=9))
+    k1 = generate_ids(target, [1, 2, 3], DecodeConfig(method="mjgd", gamma=1, max_new_tokens=9))
+    k3 = generate_ids(target, [1, 2, 3], DecodeConfig(method="mjgd", gamma=3, max_new_tokens=9,
+                                                      params=MethodParams(num_beams=4)))
+    assert k1.token_ids == greedy.token_ids and k3.provenance["mjgd"] == {"k": 3, "num_beams": 4}
+    with pytest.raises(ValueError, match="integer gamma"):
+        generate_ids(target, [1, 2, 3], DecodeConfig(method="mjgd", gamma="auto", max_new_tokens=4))
+
+
+@pytest.mark.parametrize("params, message", [
+    (dict(tau=1.5), "tau"), (dict(tau=-0.1), "tau"), (dict(num_beams=0), "num_beams"),
+    (dict(num_drafts=0), "num_drafts"), (dict(fallback_threshold=-0.1), "fallback_threshold"),
+    (dict(rollback_threshold=-1.0), "rollback_threshold"), (dict(rollback_threshold=math.inf), "rollback_threshold")])
+def test_bad_parameters_get_one_clear_error(params, message):
+    with pytest.raises(ValueError, match=message):
+        MethodParams(**params)
+
+
+def test_preset_mjsd_is_the_papers_warping_and_conflicts_with_explicit_knobs(capsys):
+    assert PRESETS["mjsd"] == SamplingConfig(temperature=1.0, top_k=20, top_p=0.9)
+    parser = build_parser()
+    args = parser.parse_args(["generate", "--prompt", "x", "--preset", "mjsd"])
+    assert sampling_from(args) == PRESETS["mjsd"]
+    assert sampling_from(parser.parse_args(["generate", "--prompt", "x"])) == SamplingConfig()
+    assert main(["generate", "--prompt", "x", "--preset", "mjsd", "--top-k", "5"]) == 2
+    assert "--preset mjsd sets the warping; drop --top-k" in capsys.readouterr().err
+
+
+def test_variant_fields_for_beams_drafts_and_tau():
+    v = Variant.parse("mjsd:b4:tau0.5", None, 4)
+    assert dict(v.params) == {"num_beams": 4, "tau": 0.5}
+    assert dict(Variant.parse("spectr:m2:fp32", None, 4).params) == {"num_drafts": 2}
+    with pytest.raises(ValueError, match="tau"):
+        Variant.parse("mjsd:tau2", None, 4)
+    with pytest.raises(ValueError, match="acceptance rule is for our speculative loop"):
+        Variant.parse("mjgd:typical", None, 4)
+
+
+def test_bench_scores_quality_and_energy_and_labels_lossy_rules(tmp_path, pair):
+    target, draft = pair
+    prompts = [BenchPrompt("a", [5, 7, 9, 11, 5, 7], reference=None), BenchPrompt("b", [3, 4, 3, 4, 3])]
+    settings = dict(target="tiny", draft="layers:1", prompts="test", max_new_tokens=6, gamma=2, temperature=1.0,
+                    top_k=20, top_p=0.9, preset="mjsd", repeats=1, warmup_tokens=0, cost_repeats=1)
+    # MJGD searches for the argmax: it runs at T = 0 only, so a sampled bench refuses it before running anything.
+    with pytest.raises(ValueError, match="temperature 0"):
+        BenchConfig(methods=("ar", "mjgd:g2"), **settings)
+    cfg = BenchConfig(methods=("ar", "speculative", "mjsd:b2", "spectr:m2", "bild"), **settings)
+    result = run_bench(cfg, tmp_path / "t1b", target=target, draft=draft, prompts=prompts, progress=False)
+    rows = {r["method"]: r for r in result.summary}
+    assert rows["ar"]["lossless"] and rows["speculative"]["lossless"] and rows["spectr:m2"]["lossless"]
+    assert rows["mjsd:b2"]["lossless"] is False and rows["bild"]["lossless"] is False
+    records = [json.loads(line) for line in (tmp_path / "t1b" / "records.jsonl").read_text().splitlines()]
+    for r in records:  # the record's perplexity is Eq. (1) under the target, recomputed here
+        ppl = perplexity(target.model, next(p.ids for p in prompts if p.id == r["prompt_id"]), r["token_ids"])
+        assert r["nll_tokens"] == ppl.n and r["nll_sum"] == pytest.approx(ppl.mean_nll * ppl.n)
+        assert r["config"]["params"]["num_beams"] == (2 if r["method"] == "mjsd:b2" else 8)
+    ar = [r for r in records if r["method"] == "ar"]
+    assert rows["ar"]["perplexity"] == pytest.approx(math.exp(sum(r["nll_sum"] for r in ar) /
+                                                              sum(r["nll_tokens"] for r in ar)))
+    session = result.provenance["sessions"][-1]
+    if session["energy"]["source"] == "none":  # no counter on this machine: empty column, the reason recorded
+        assert rows["ar"]["joules_per_token"] is None and session["energy"]["reason"]
+        assert all(r["energy_j"] is None and r["energy"]["reason"] for r in records)
+    else:
+        assert rows["ar"]["joules_per_token"] > 0
+    assert result.provenance["t0_mismatches"] == []  # sampled: no T = 0 cross-check
+
+
+def test_t0_cross_check_skips_lossy_methods(tmp_path, pair):
+    target, draft = pair
+    cfg = BenchConfig(methods=("ar", "mjgd:g3", "mjsd", "spectr:m2"), target="tiny", draft="layers:1",
+                      prompts="test", max_new_tokens=8, gamma=3, repeats=1, warmup_tokens=0, cost_repeats=1,
+                      num_beams=2)
+    result = run_bench(cfg, tmp_path, target=target, draft=draft, prompts=[BenchPrompt("a", [5, 7, 9, 11])],
+                       progress=False)
+    rows = {r["method"]: r for r in result.summary}
+    assert rows["mjgd:g3"]["lossless"] is False and rows["mjgd:g3"]["predicted_speedup"] is None
+    assert rows["spectr:m2"]["identical_to_ar"] == 1.0  # the fraction of records token-identical to AR
+    assert not any(line.startswith(("mjgd", "mjsd")) for line in result.provenance["t0_mismatches"])
