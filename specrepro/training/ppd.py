@@ -62,7 +62,8 @@ class PPDTrainConfig:
     task_shards: int = 4  # task-style shards on top
     gen_batch: int = 64  # conversations per shard
     max_len: int = 320  # positions per conversation kept
-    steps: int = 1500  # one conversation per step
+    steps: int = 1500  # optimizer steps
+    batch: int = 1  # conversations per optimizer step, their losses averaged (Table 3's batch size)
     anchors: int = 48  # R: random insertion points per conversation and step
     lr: float = 1e-2  # the paper's: cosine from 0.01, no warm-up
     decay: float = 0.8  # α of Eq. 1: weight decay^(d−1) on prompt token d
@@ -84,8 +85,8 @@ class PPDTrainConfig:
             raise ValueError(f"aggregation must be one of {AGGREGATIONS}, got {self.aggregation!r}")
         if self.head not in HEADS:
             raise ValueError(f"head must be one of {HEADS}, got {self.head!r}")
-        if self.prompt_tokens < 1 or self.epts < 1 or self.exits < 1 or self.anchors < 1 or self.steps < 0:
-            raise ValueError("prompt_tokens, epts, exits and anchors must be >= 1 and steps >= 0")
+        if min(self.prompt_tokens, self.epts, self.exits, self.anchors, self.batch) < 1 or self.steps < 0:
+            raise ValueError("prompt_tokens, epts, exits, anchors and batch must be >= 1 and steps >= 0")
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)
@@ -334,15 +335,21 @@ def train_ppd(cfg: PPDTrainConfig, out: str | Path, target: LoadedModel | None =
     val_small = [examples[i] for i in val_ids[:4]]
     for step in tqdm(range(start, cfg.steps), desc="ppd: prompt tokens", file=sys.stderr, disable=not progress,
                      initial=start, total=cfg.steps):
-        ex = examples[train_ids[int(torch.randint(0, len(train_ids), (), generator=g))]]
-        prefix = run_prefix(model, ex, cfg)
-        if prefix.usable.numel() == 0:
-            continue
-        pick = torch.randperm(prefix.usable.numel(), generator=g)[: cfg.anchors]
-        anchors = prefix.usable[pick].sort().values
-        loss = loss_for(student_logits(model, student, prefix, anchors, cfg), prefix, anchors, cfg)
         opt.zero_grad(set_to_none=True)
-        loss.backward()
+        batch_losses = []
+        for _ in range(cfg.batch):  # gradients of the batch's conversations accumulate, each weighted 1/batch
+            ex = examples[train_ids[int(torch.randint(0, len(train_ids), (), generator=g))]]
+            prefix = run_prefix(model, ex, cfg)
+            if prefix.usable.numel() == 0:
+                continue
+            pick = torch.randperm(prefix.usable.numel(), generator=g)[: cfg.anchors]
+            anchors = prefix.usable[pick].sort().values
+            loss = loss_for(student_logits(model, student, prefix, anchors, cfg), prefix, anchors, cfg)
+            (loss / cfg.batch).backward()
+            batch_losses.append(float(loss.detach()))
+        if not batch_losses:
+            continue
+        loss = torch.tensor(float(np.mean(batch_losses)))
         opt.step()
         sched.step()
         losses.append(round(float(loss.detach()), 5))

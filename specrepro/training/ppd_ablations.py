@@ -28,6 +28,8 @@ ABLATIONS: dict[str, tuple[str, dict]] = {
     "ept1-no-kd": ("Table 3", {"kd": False}),
     "ept2-no-kd": ("Table 3", {"epts": 2, "kd": False}),
     "ept1-quarter-steps": ("Table 3", {"steps": None}),  # a quarter of the budget: the "epochs" axis
+    # the batch axis at the same conversations seen: 4 per optimizer step, a quarter of the steps
+    "ept1-batch-4": ("Table 3", {"batch": 4, "steps": None}),
     "ept1-prefix-tuning": ("Table 4", {"prefix": True}),
     "ept1-head-1-stage": ("Table 5", {"head": "1-stage"}),
     "ept1-head-2-stage": ("Table 5", {"head": "2-stage"}),
