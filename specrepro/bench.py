@@ -395,9 +395,11 @@ class _Models:
 def _n_max(variants: list, config: BenchConfig) -> int:
     """The largest forward a session's profile must time: γ+1 for the largest fixed γ, or γ_max+1."""
     gammas = [config.gamma_max if v.gamma == "auto" else v.gamma for v in variants if method_kind(v.method) != "plain"]
-    for v in variants:  # a tree's forward covers its nodes (and PPD's prompt tokens): the profile's whole range
-        if v.method in TREE_METHODS:
+    for v in variants:
+        if v.method in TREE_METHODS:  # a tree's forward covers its nodes (and PPD's prompt tokens): the whole range
             gammas.append(63)
+        elif REGISTRY[v.method].nodes is not None and v.gamma != "auto":  # m chains of γ
+            gammas.append(REGISTRY[v.method].nodes(v.gamma, config.method_params(**dict(v.params))))
     return min(max(gammas, default=1) + 1, 64)
 
 

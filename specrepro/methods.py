@@ -45,6 +45,8 @@ class Method:
     tree_config: Callable[[Any, str], Any] | None = None
     counterpart: str | None = None  # a transformers baseline: our method it must reproduce token for token at T = 0
     rule: str | None = None  # the method's own acceptance rule (acceptance.TREE_RULES); None: config.acceptance
+    # (γ, MethodParams) -> draft nodes one step scores at most, when not γ (m chains of γ for multi-draft methods)
+    nodes: Callable[[int, Any], int] | None = None
 
     def __post_init__(self):
         if self.loop not in LOOPS or self.kind not in KINDS:
@@ -159,9 +161,9 @@ REGISTRY: dict[str, Method] = {
     "bild": Method(loop="speculative", kind="draft model", needs="draft model", build=_draft_model(_bild),
                    rule="bild"),
     "spectr": Method(loop="speculative", kind="draft model", needs="draft model", build=_draft_model(_multi_draft),
-                     rule="spectr"),
+                     rule="spectr", nodes=lambda gamma, params: params.num_drafts * gamma),
     "multi-draft": Method(loop="speculative", kind="draft model", needs="draft model",
-                          build=_draft_model(_multi_draft)),
+                          build=_draft_model(_multi_draft), nodes=lambda gamma, params: params.num_drafts * gamma),
     "speculative": Method(loop="speculative", kind="draft model", needs="draft model",
                           build=lambda draft, target=None, config=None: LMDrafter(draft.model)),
     "prompt-lookup": Method(loop="speculative", kind="model-free",
