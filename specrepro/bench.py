@@ -6,8 +6,9 @@
 
 A method may be listed as a *variant* with its own dtype, γ, tree size and acceptance rule, so one run compares
 them side by side: ``speculative:fp32:g2``, ``prompt-lookup:bf16:gauto``, ``ar:fp32``, ``ppd:t20``,
-``medusa:typical``, ``mjsd:b4:tau0.5``, ``spectr:m2`` (fields after the name in any order: a dtype bf16 | fp16 |
-fp32 | auto, gN or gauto, tN, a rule exact | greedy | typical | ..., bN beams, mN drafts, tauX MJSD's threshold).
+``medusa:typical``, ``mjsd:b4:tau0.5``, ``spectr:m2``, ``bild:f0.3:r2`` (fields after the name in any order: a
+dtype bf16 | fp16 | fp32 | auto, gN or gauto, tN, a rule exact | greedy | typical | ..., bN beams, mN drafts, tauX
+MJSD's threshold, fX and rX BiLD's fallback and rollback thresholds).
 Unset fields take ``--dtype``, ``--gamma``, ``--tree-size``, ``--acceptance``, ``--num-beams``, ``--num-drafts`` and
 ``--tau``.
 
@@ -102,7 +103,7 @@ class Variant:
     gamma: int | str  # γ or "auto"
     tree_size: int | None = None  # tN: nodes of the draft tree; None: --tree-size, else hardware-aware
     acceptance: str | None = None  # exact | greedy | typical (LOSSY) | ...; None: --acceptance
-    params: tuple[tuple[str, object], ...] = ()  # MethodParams fields set by the label: bN, mN, tauX
+    params: tuple[tuple[str, object], ...] = ()  # MethodParams fields set by the label: bN, mN, tauX, fX, rX
 
     @classmethod
     def parse(cls, label: str, default_dtype: str | None, default_gamma: int | str) -> "Variant":
@@ -117,6 +118,8 @@ class Variant:
                 params["num_beams" if field[0] == "b" else "num_drafts"] = int(field[1:])
             elif field in DTYPE_FIELDS:
                 dtype = field
+            elif field[:1] in "fr" and _is_float(field[1:]):  # BiLD's τ1 (fallback) and τ2 (rollback)
+                params["fallback_threshold" if field[0] == "f" else "rollback_threshold"] = float(field[1:])
             elif field in ACCEPTANCE_RULES:
                 acceptance = field
             elif field.startswith("t") and field[1:].isdigit() and int(field[1:]) >= 1:
@@ -128,7 +131,7 @@ class Variant:
             else:
                 raise ValueError(f"bad field {field!r} in {label!r}: expected a dtype ({', '.join(DTYPE_FIELDS)}), "
                                  f"gN (N >= 1), gauto, tN (tree size N >= 1), a rule ({', '.join(ACCEPTANCE_RULES)}), "
-                                 f"bN (beams), mN (drafts) or tauX (MJSD's threshold)")
+                                 f"bN (beams), mN (drafts), tauX (MJSD's threshold), fX or rX (BiLD's τ1, τ2)")
         if gamma == "auto" and method in HF_METHODS:
             raise ValueError(f"{label}: gamma auto is our loop's policy; transformers' baselines take a fixed γ")
         if tree_size is not None and method not in TREE_METHODS:

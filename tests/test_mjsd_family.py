@@ -87,6 +87,10 @@ def test_variant_fields_for_beams_drafts_and_tau():
     v = Variant.parse("mjsd:b4:tau0.5", None, 4)
     assert dict(v.params) == {"num_beams": 4, "tau": 0.5}
     assert dict(Variant.parse("spectr:m2:fp32", None, 4).params) == {"num_drafts": 2}
+    assert dict(Variant.parse("bild:g10:f0.3:r1", None, 4).params) == {"fallback_threshold": 0.3,
+                                                                        "rollback_threshold": 1.0}
+    with pytest.raises(ValueError, match="fallback_threshold"):
+        Variant.parse("bild:f1.5", None, 4)
     with pytest.raises(ValueError, match="tau"):
         Variant.parse("mjsd:tau2", None, 4)
     with pytest.raises(ValueError, match="acceptance rule is for our speculative loop"):
