@@ -147,6 +147,16 @@ def _bild(model, config: DecodeConfig) -> Drafter:
     return BiLDDrafter(model, fallback_threshold=config.params.fallback_threshold)
 
 
+def _staged(model, config: DecodeConfig) -> Drafter:
+    from .drafters.staged import StagedDrafter
+    return StagedDrafter(model, PromptLookupDrafter())  # the draft model's chain sped up by prompt lookup
+
+
+def _fused(model, config: DecodeConfig) -> Drafter:
+    from .drafters.staged import FusedDrafter
+    return FusedDrafter(model, PromptLookupDrafter())
+
+
 def _multi_draft(model, config: DecodeConfig) -> Drafter:
     from .drafters.lm_tree import MultiDraftDrafter
     return MultiDraftDrafter(model, num_drafts=config.params.num_drafts)
@@ -166,6 +176,10 @@ REGISTRY: dict[str, Method] = {
                           build=_draft_model(_multi_draft), nodes=lambda gamma, params: params.num_drafts * gamma),
     "speculative": Method(loop="speculative", kind="draft model", needs="draft model",
                           build=lambda draft, target=None, config=None: LMDrafter(draft.model)),
+    # survey blog: staged (the draft model sped up by prompt lookup, two exact levels) and fused (prompt-lookup
+    # copies when the context matches, the draft model otherwise)
+    "staged": Method(loop="speculative", kind="draft model", needs="draft model", build=_draft_model(_staged)),
+    "fused": Method(loop="speculative", kind="draft model", needs="draft model", build=_draft_model(_fused)),
     "prompt-lookup": Method(loop="speculative", kind="model-free",
                             build=lambda draft, target=None, config=None: PromptLookupDrafter()),
     "unigram": Method(loop="speculative", kind="model-free", needs="n-gram table", build=_ngram(1)),

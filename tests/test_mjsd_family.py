@@ -138,3 +138,12 @@ def test_t0_cross_check_skips_lossy_methods(tmp_path, pair):
     assert rows["mjgd:g3"]["lossless"] is False and rows["mjgd:g3"]["predicted_speedup"] is None
     assert rows["spectr:m2"]["identical_to_ar"] == 1.0  # the fraction of records token-identical to AR
     assert not any(line.startswith(("mjgd", "mjsd")) for line in result.provenance["t0_mismatches"])
+
+
+@pytest.mark.parametrize("method", ["staged", "fused"])
+def test_staged_and_fused_from_the_registry_are_token_identical_to_ar_at_t0(pair, method):
+    target, draft = pair
+    prompt = [5, 7, 9, 5, 7, 9, 5, 7]  # repetitive: prompt lookup finds matches
+    ar = generate_ids(target, prompt, DecodeConfig(method="ar", max_new_tokens=12))
+    rec = generate_ids(target, prompt, DecodeConfig(method=method, gamma=4, max_new_tokens=12), draft=draft)
+    assert rec.token_ids == ar.token_ids and rec.provenance["acceptance"]["lossless"]
