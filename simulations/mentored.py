@@ -196,7 +196,11 @@ class _SortedRows:
             below = np.where(p_below > 0, -p_below * np.log(lo), 0.0)
             # p_above is a difference of partial sums: at hi = inf it is rounding noise, not mass.
             above = np.where(np.isfinite(hi) & (p_above > 0), -p_above * np.log(hi), 0.0)
-        return below + above + self._take(self.S, k_hi) - self._take(self.S, k_lo)
+        kl = below + above + self._take(self.S, k_hi) - self._take(self.S, k_lo)
+        # At lo = 0 the tokens the draft never proposes (q = 0 < p, ρ = 0) keep π = 0 while p > 0: KL is infinite.
+        # (ρ < lo misses them there, and the partial sums of p·ln(p/q) skip them.)
+        p_unproposed = self._take(self.P, self._count(self.rho, np.zeros_like(lo), "right"))  # mass with ρ ≤ 0
+        return np.where((lo <= 0) & (p_unproposed > 0), np.inf, kl)
 
 
 def _bisect(kl_of, feasible: np.ndarray, infeasible: np.ndarray, bound: np.ndarray) -> np.ndarray:

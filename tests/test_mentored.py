@@ -327,3 +327,12 @@ def test_apply_scalar_and_verify():
     assert m.verify(p, q, [1, 0], [0.9, 0.2], 0.5, 0.0) == (2, 2)
     n, tok = m.verify(p, q, [1, 0], [0.9, 0.5], 0.5, 0.0)
     assert n == 1 and tok in (1, 2)
+
+
+def test_a_draft_that_never_proposes_a_target_token_has_the_closed_form_optimum():
+    """p = (½, ½), q = (0, 1): π must keep mass on token 0, so the optimum is A = (1 + √(1 − e^{−2D}))/2, not π = q
+    (whose KL(p ‖ q) is infinite); found by the torch rule's review, fixed in _SortedRows.kl."""
+    for bound in (0.01, 0.1, 0.5):
+        sol = m.solve([0.5, 0.5], [0.0, 1.0], bound)
+        assert float(sol.accept_prob) == pytest.approx((1 + np.sqrt(1 - np.exp(-2 * bound))) / 2, abs=1e-9)
+        assert float(sol.kl) <= bound + 1e-12
