@@ -36,6 +36,8 @@ def add_decode_args(p: argparse.ArgumentParser) -> None:
                    help="bild: roll back from the first token with −log p(x) above this (τ2, nats)")
     p.add_argument("--num-drafts", type=int, default=defaults.num_drafts,
                    help="spectr, multi-draft: i.i.d. draft sequences verified together (m)")
+    p.add_argument("--kl-bound", type=float, default=defaults.kl_bound,
+                   help="mentored: D, the bound on KL(target ‖ resulting distribution) per token (0: exact)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--dtype", default="auto",
                    help="auto (default: the fastest for the method per the device profile), bf16, fp16 or fp32")
@@ -56,7 +58,8 @@ def sampling_from(args: argparse.Namespace) -> SamplingConfig:
 
 def params_from(args: argparse.Namespace) -> MethodParams:
     return MethodParams(num_beams=args.num_beams, tau=args.tau, fallback_threshold=args.fallback_threshold,
-                        rollback_threshold=args.rollback_threshold, num_drafts=args.num_drafts)
+                        rollback_threshold=args.rollback_threshold, num_drafts=args.num_drafts,
+                        kl_bound=args.kl_bound)
 
 
 def gamma_arg(value: str) -> int | str:
@@ -175,7 +178,7 @@ def build_parser() -> argparse.ArgumentParser:
     gen = sub.add_parser("generate", help="generate text with one method")
     gen.add_argument("--method", default="speculative",
                      help="ar, speculative, prompt-lookup, unigram, bigram, medusa, ppd, mjgd (K = --gamma), mjsd, "
-                          "bild, spectr or multi-draft")
+                          "bild, spectr, multi-draft, mentored, staged or fused")
     src = gen.add_mutually_exclusive_group(required=True)
     src.add_argument("--prompt", help="one prompt text")
     src.add_argument("--prompts", help='JSON Lines file, one {"prompt": ...} per line')
@@ -269,7 +272,8 @@ def cmd_bench(args: argparse.Namespace) -> int:
         temperature=sampling.temperature, top_k=sampling.top_k, top_p=sampling.top_p, preset=args.preset,
         gamma=args.gamma, gamma_max=args.gamma_max, tree_size=args.tree_size, acceptance=args.acceptance,
         num_beams=args.num_beams, tau=args.tau, fallback_threshold=args.fallback_threshold,
-        rollback_threshold=args.rollback_threshold, num_drafts=args.num_drafts, quality=not args.no_quality,
+        rollback_threshold=args.rollback_threshold, num_drafts=args.num_drafts, kl_bound=args.kl_bound,
+        quality=not args.no_quality,
         repeats=args.repeats, seed=args.seed, dtype=args.dtype, device=args.device, threads=args.threads,
         ngram_table=str(Path(args.ngram_table).resolve()) if args.ngram_table else None,
         chat_template=not args.no_chat_template, warmup_tokens=args.warmup_tokens)

@@ -118,6 +118,8 @@ class Variant:
                 params["num_beams" if field[0] == "b" else "num_drafts"] = int(field[1:])
             elif field in DTYPE_FIELDS:
                 dtype = field
+            elif field.startswith("kl") and _is_float(field[2:]):  # mentored decoding's D
+                params["kl_bound"] = float(field[2:])
             elif field[:1] in "fr" and _is_float(field[1:]):  # BiLD's τ1 (fallback) and τ2 (rollback)
                 params["fallback_threshold" if field[0] == "f" else "rollback_threshold"] = float(field[1:])
             elif field in ACCEPTANCE_RULES:
@@ -131,7 +133,7 @@ class Variant:
             else:
                 raise ValueError(f"bad field {field!r} in {label!r}: expected a dtype ({', '.join(DTYPE_FIELDS)}), "
                                  f"gN (N >= 1), gauto, tN (tree size N >= 1), a rule ({', '.join(ACCEPTANCE_RULES)}), "
-                                 f"bN (beams), mN (drafts), tauX (MJSD's threshold), fX or rX (BiLD's τ1, τ2)")
+                                 f"bN (beams), mN (drafts), tauX (MJSD's threshold), fX or rX (BiLD's τ1, τ2), klX (mentored D)")
         if gamma == "auto" and method in HF_METHODS:
             raise ValueError(f"{label}: gamma auto is our loop's policy; transformers' baselines take a fixed γ")
         if tree_size is not None and method not in TREE_METHODS:
@@ -165,6 +167,7 @@ class BenchConfig:
     fallback_threshold: float = 0.9  # BiLD τ1
     rollback_threshold: float = 2.0  # BiLD τ2
     num_drafts: int = 4  # SpecTr / multi-draft m
+    kl_bound: float = 0.1  # mentored decoding's D
     quality: bool = True  # score every record: perplexity under the target, ROUGE-L against the references
     repeats: int = 1
     seed: int = 0  # base seed; repeat r uses seed + r
@@ -202,7 +205,7 @@ class BenchConfig:
 
     def method_params(self, **changes) -> MethodParams:
         base = dict(num_beams=self.num_beams, tau=self.tau, fallback_threshold=self.fallback_threshold,
-                    rollback_threshold=self.rollback_threshold, num_drafts=self.num_drafts)
+                    rollback_threshold=self.rollback_threshold, num_drafts=self.num_drafts, kl_bound=self.kl_bound)
         return MethodParams(**{**base, **changes})
 
     def decode_config(self, method: str, repeat: int, max_new_tokens: int | None = None,

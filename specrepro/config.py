@@ -12,8 +12,8 @@ from dataclasses import dataclass
 
 
 # the names of specrepro.acceptance.TREE_RULES: lossless "exact", "greedy" (T = 0), "spectr"; LOSSY "typical"
-# (Medusa), "mjsd" (joint-likelihood threshold), "bild" (BiLD's rollback)
-ACCEPTANCE_RULES = ("exact", "greedy", "typical", "spectr", "mjsd", "bild")
+# (Medusa), "mjsd" (joint-likelihood threshold), "bild" (BiLD's rollback), "mentored" (KL-bounded; exact at D = 0)
+ACCEPTANCE_RULES = ("exact", "greedy", "typical", "spectr", "mjsd", "bild", "mentored")
 
 
 @dataclass(frozen=True)
@@ -44,13 +44,15 @@ PRESETS: dict[str, SamplingConfig] = {}
 
 @dataclass(frozen=True)
 class MethodParams:
-    """Parameters of the MJSD paper's methods and baselines; defaults from its Table 5 (Llama, ChatGPT-Prompts)."""
+    """Parameters of the MJSD paper's methods and baselines (defaults from its Table 5: Llama, ChatGPT-Prompts) and of
+    mentored decoding."""
 
     num_beams: int = 8  # MJSD: beams of the draft's beam sampling; MJGD: beams of the target's beam search
     tau: float = 0.1  # MJSD: a prefix x_1:j passes when min(1, p(x_1:j)/q(x_1:j)) > τ, τ in [0, 1]
     fallback_threshold: float = 0.9  # BiLD τ1: the draft stops where its max probability falls below τ1
     rollback_threshold: float = 2.0  # BiLD τ2: the target rolls back from the first token with −log p(x) > τ2
     num_drafts: int = 4  # SpecTr m: i.i.d. draft sequences verified together
+    kl_bound: float = 0.1  # mentored decoding's D: KL(target ‖ resulting distribution) ≤ D per token; 0 = exact
 
     def __post_init__(self) -> None:
         def whole(x) -> bool:
@@ -64,6 +66,9 @@ class MethodParams:
         if not (isinstance(self.fallback_threshold, (int, float)) and 0.0 <= self.fallback_threshold <= 1.0):
             raise ValueError(f"fallback_threshold (BiLD τ1, a probability) must be in [0, 1], "
                              f"got {self.fallback_threshold!r}")
+        if not (isinstance(self.kl_bound, (int, float)) and math.isfinite(self.kl_bound) and self.kl_bound >= 0):
+            raise ValueError(f"kl_bound (mentored decoding's D, in nats) must be a finite number >= 0, "
+                             f"got {self.kl_bound!r}")
         if not (isinstance(self.rollback_threshold, (int, float)) and math.isfinite(self.rollback_threshold)
                 and self.rollback_threshold >= 0):
             raise ValueError(f"rollback_threshold (BiLD τ2, a cross-entropy in nats) must be a finite number >= 0, "

@@ -172,6 +172,9 @@ REGISTRY: dict[str, Method] = {
                    rule="bild"),
     "spectr": Method(loop="speculative", kind="draft model", needs="draft model", build=_draft_model(_multi_draft),
                      rule="spectr", nodes=lambda gamma, params: params.num_drafts * gamma),
+    # mentored blog (seed 001): speculative sampling's chain with the KL-bounded optimal acceptance (--kl-bound D)
+    "mentored": Method(loop="speculative", kind="draft model", needs="draft model",
+                       build=lambda draft, target=None, config=None: LMDrafter(draft.model), rule="mentored"),
     "multi-draft": Method(loop="speculative", kind="draft model", needs="draft model",
                           build=_draft_model(_multi_draft), nodes=lambda gamma, params: params.num_drafts * gamma),
     "speculative": Method(loop="speculative", kind="draft model", needs="draft model",
@@ -256,4 +259,7 @@ def rule_for(config: DecodeConfig):
         return rule.with_params(tau=config.params.tau)
     if config.acceptance == "bild":
         return rule.with_params(rollback_threshold=config.params.rollback_threshold)
+    if config.acceptance == "mentored":  # at D = 0 the rule is speculative sampling: lossless
+        return dataclasses.replace(rule.with_params(kl_bound=config.params.kl_bound),
+                                   lossless=config.params.kl_bound == 0)
     return rule

@@ -29,7 +29,8 @@ def pair():
 
 
 @pytest.mark.parametrize("method, rule, lossless", [("mjsd", "mjsd", False), ("bild", "bild", False),
-                                                    ("spectr", "spectr", True), ("multi-draft", "exact", True)])
+                                                    ("spectr", "spectr", True), ("multi-draft", "exact", True),
+                                                    ("mentored", "mentored", False)])
 def test_each_method_verifies_with_its_own_rule_and_records_it(pair, method, rule, lossless):
     target, draft = pair
     config = DecodeConfig(method=method, max_new_tokens=12, gamma=3, sampling=PRESETS["mjsd"], seed=1,
@@ -67,7 +68,8 @@ def test_mjgd_runs_from_the_registry_with_k_from_gamma(pair):
 @pytest.mark.parametrize("params, message", [
     (dict(tau=1.5), "tau"), (dict(tau=-0.1), "tau"), (dict(num_beams=0), "num_beams"),
     (dict(num_drafts=0), "num_drafts"), (dict(fallback_threshold=-0.1), "fallback_threshold"),
-    (dict(rollback_threshold=-1.0), "rollback_threshold"), (dict(rollback_threshold=math.inf), "rollback_threshold")])
+    (dict(rollback_threshold=-1.0), "rollback_threshold"), (dict(rollback_threshold=math.inf), "rollback_threshold"),
+    (dict(kl_bound=-0.1), "kl_bound"), (dict(kl_bound=math.nan), "kl_bound"), (dict(kl_bound=math.inf), "kl_bound")])
 def test_bad_parameters_get_one_clear_error(params, message):
     with pytest.raises(ValueError, match=message):
         MethodParams(**params)
@@ -147,3 +149,17 @@ def test_staged_and_fused_from_the_registry_are_token_identical_to_ar_at_t0(pair
     ar = generate_ids(target, prompt, DecodeConfig(method="ar", max_new_tokens=12))
     rec = generate_ids(target, prompt, DecodeConfig(method=method, gamma=4, max_new_tokens=12), draft=draft)
     assert rec.token_ids == ar.token_ids and rec.provenance["acceptance"]["lossless"]
+
+
+def test_mentored_at_d0_is_speculative_sampling_and_labelled_lossless(pair):
+    """D = 0: the same tokens as speculative sampling at the same seed, and the record says lossless."""
+    target, draft = pair
+    runs = {}
+    for method, bound in (("speculative", 0.1), ("mentored", 0.0), ("mentored", 0.5)):
+        config = DecodeConfig(method=method, gamma=3, max_new_tokens=16, sampling=SamplingConfig(temperature=1.0),
+                              seed=3, params=MethodParams(kl_bound=bound))
+        runs[method, bound] = generate_ids(target, [1, 2, 3, 4], config, draft=draft)
+    assert runs["mentored", 0.0].token_ids == runs["speculative", 0.1].token_ids
+    assert runs["mentored", 0.0].provenance["acceptance"]["lossless"] is True
+    assert runs["mentored", 0.5].provenance["acceptance"]["lossless"] is False
+    assert dict(Variant.parse("mentored:kl0.05", None, 4).params) == {"kl_bound": 0.05}
