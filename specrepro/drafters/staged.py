@@ -58,7 +58,36 @@ class SourceLog:
         self.last = []  # a step that proposes nothing must not reuse these labels
 
 
-class StagedDrafter(LMDrafter):
+class _CombinedDrafter(LMDrafter):
+    """A draft model combined with a zero-cost drafter (``zero_cost``): the draft's cache, feedback and reset, the
+    zero-cost drafter reset with it, and where every token came from (``SourceLog``)."""
+
+    def __init__(self, model: torch.nn.Module, zero_cost: Drafter):
+        super().__init__(model)
+        self.zero_cost = zero_cost
+        self.sources = SourceLog()
+
+    @property
+    def last_sources(self) -> list[str]:
+        """One label per token of the latest proposal (``FROM_INNER``/``FROM_LOOKUP`` or ``FROM_DRAFT``)."""
+        return self.sources.last
+
+    @property
+    def committed_sources(self) -> list[str]:
+        """One label per committed token of this sequence (a zero-cost draft, the draft model, or ``FROM_TARGET``)."""
+        return self.sources.committed
+
+    def feedback(self, step: StepFeedback) -> None:
+        super().feedback(step)  # keep only the draft's cached positions that were committed
+        self.sources.heard(step)
+
+    def reset(self) -> None:
+        super().reset()
+        self.zero_cost.reset()
+        self.sources.reset()
+
+
+class StagedDrafter(_CombinedDrafter):
     """The draft model's γ-token chain, drawn by speculative sampling of the draft model with an inner drafter.
 
     Each round: the inner drafter proposes up to k = min(``inner_gamma``, γ − len(chain) − 1) tokens after the
@@ -90,19 +119,8 @@ class StagedDrafter(LMDrafter):
             raise ValueError(f"the inner drafter {inner.name!r} needs hidden states, which the inner level has none of")
         if not (isinstance(inner_gamma, int) and inner_gamma >= 1):
             raise ValueError(f"inner_gamma must be an int >= 1, got {inner_gamma!r}")
-        super().__init__(model)
+        super().__init__(model, inner)
         self.inner, self.inner_gamma, self.rule = inner, inner_gamma, rule
-        self.sources = SourceLog()
-
-    @property
-    def last_sources(self) -> list[str]:
-        """One label per token of the latest proposal: ``FROM_INNER`` or ``FROM_DRAFT``."""
-        return self.sources.last
-
-    @property
-    def committed_sources(self) -> list[str]:
-        """One label per committed token of this sequence: ``FROM_INNER``, ``FROM_DRAFT`` or ``FROM_TARGET``."""
-        return self.sources.committed
 
     def propose(self, ids: list[int], gamma: int, sampling: SamplingConfig,
                 generator: torch.Generator) -> Proposal:
@@ -140,17 +158,8 @@ class StagedDrafter(LMDrafter):
             return Proposal.empty()
         return Proposal(tokens=torch.tensor(chain, dtype=torch.long), probs=torch.stack(rows), calls=calls)
 
-    def feedback(self, step: StepFeedback) -> None:
-        super().feedback(step)  # keep only the draft's cached positions that were committed
-        self.sources.heard(step)
 
-    def reset(self) -> None:
-        super().reset()
-        self.inner.reset()
-        self.sources.reset()
-
-
-class FusedDrafter(LMDrafter):
+class FusedDrafter(_CombinedDrafter):
     """Prompt-lookup continuations when the context has a match, the draft model's chain otherwise.
 
     A lookup hit costs no draft forward and is proposed with a one-hot q (it is deterministic); a miss is the
@@ -172,19 +181,8 @@ class FusedDrafter(LMDrafter):
     def __init__(self, model: torch.nn.Module, lookup: PromptLookupDrafter, fill: bool = False):
         if not isinstance(lookup, Drafter):
             raise ValueError(f"lookup must be a Drafter (a PromptLookupDrafter), got {type(lookup).__name__}")
-        super().__init__(model)
+        super().__init__(model, lookup)
         self.lookup, self.fill = lookup, fill
-        self.sources = SourceLog()
-
-    @property
-    def last_sources(self) -> list[str]:
-        """One label per token of the latest proposal: ``FROM_LOOKUP`` or ``FROM_DRAFT``."""
-        return self.sources.last
-
-    @property
-    def committed_sources(self) -> list[str]:
-        """One label per committed token of this sequence: ``FROM_LOOKUP``, ``FROM_DRAFT`` or ``FROM_TARGET``."""
-        return self.sources.committed
 
     def propose(self, ids: list[int], gamma: int, sampling: SamplingConfig,
                 generator: torch.Generator) -> Proposal:
@@ -205,12 +203,3 @@ class FusedDrafter(LMDrafter):
             q = torch.cat([looked.to(q), q])  # [γ, V]: the copied tokens' laws, then the sampled ones'
         self.sources.last = [FROM_LOOKUP] * len(copied) + [FROM_DRAFT] * rest
         return Proposal(tokens=torch.tensor(copied + sampled, dtype=torch.long), probs=q, calls=rest)
-
-    def feedback(self, step: StepFeedback) -> None:
-        super().feedback(step)  # keep only the draft's cached positions that were committed
-        self.sources.heard(step)
-
-    def reset(self) -> None:
-        super().reset()
-        self.lookup.reset()
-        self.sources.reset()
