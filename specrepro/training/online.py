@@ -1,0 +1,325 @@
+"""Online speculative decoding: distil the draft q on the target's rows while serving a stream (survey blog,
+*Variants: Online Speculative Decoding*; Liu et al. 2023).
+
+The blog's recipe: "we maintain a fixed-length buffer of sequences along with the target model's token-wise
+likelihoods for training later on ... one update step on the buffer ... every L sequences". Drawing samples from
+the draft and scoring them with the target is what a verification step already does, so the training data is
+free: after each step the loop hands the drafter the target's rows over the proposal (``StepFeedback.p``).
+
+- ``OnlineSample``: one verification step as training data, the context the draft proposed after, its γ tokens
+  and the target's top-k probabilities (plus the tail mass) at each of the γ draft positions.
+- ``OnlineBuffer``: the last ``buffer_size`` samples, first in first out.
+- ``OnlineLearner``: counts served sequences and, after every L-th, takes ``steps_per_update`` optimiser steps of
+  ``specrepro.distill.train_step`` (the package's one distillation step, its divergences FKL/RKL/JSD/TVD on the
+  draft's reduced vocabulary) on the buffer, then the draft serves with the new weights.
+- ``serve_stream``: speculative decoding over a list of prompts, with per-sequence α, updates and their cost.
+
+Which distribution the draft is distilled towards. The loop gives the target's *warped* rows p̃ (those the
+acceptance rule used), not its logits. The draft learns its raw q (T = 1, the distribution ``specrepro.distill``
+trains) towards the target's raw row recovered from p̃: p ∝ p̃^T at temperature T > 0, exact when temperature
+alone warps, and with top-k/top-p the raw p restricted to the kept support, the only part acceptance tests. A
+raw q close to the raw p makes the warped q close to the warped p at every temperature, which is what α =
+Σ min(p̃, q̃) rewards. At T = 0 the row is the target's one-hot argmax, so the step is cross-entropy on the token
+greedy acceptance compares with. The full raw rows (outside a top-k/top-p support) would need the loop to pass
+logits in ``StepFeedback``; it does not, and the restricted rows are what serving at that setting needs.
+
+Exactness: the weights change only between sequences (never inside a proposal, so every q row is the law its
+token was drawn from), and the drafter drops its cache after an update, since its keys came from the old weights.
+"""
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections import deque
+from dataclasses import dataclass, field
+
+import torch
+
+from ..acceptance import TREE_RULES, TreeRule
+from ..config import DecodeConfig, SamplingConfig
+from ..decoding import Clock, model_device
+from ..distill import DIVERGENCES, DistillBatch, Example, collate, train_step
+from ..draft_model import ReducedVocabDraft
+from ..drafters.base import Drafter
+from ..record import GenerationRecord, pooled_alpha
+from ..speculative import speculative_generate
+
+
+@dataclass(frozen=True)
+class OnlineConfig:
+    """How the draft learns while it serves."""
+
+    buffer_size: int = 128  # verification steps kept (FIFO); each holds the target's rows at its γ draft positions
+    update_every: int = 8  # L: one update after every L served sequences
+    steps_per_update: int = 1  # optimiser steps per update (the blog: "one update step on the buffer")
+    lr: float = 1e-4  # AdamW; small, as the draft is already trained and keeps serving between updates
+    divergence: str = "fkl"  # a key of specrepro.distill.DIVERGENCES; forward KL as the online-SD paper
+    batch_size: int | None = None  # buffer samples per optimiser step, drawn without replacement; None: all
+    top_k: int = 32  # target probabilities kept per draft position, plus the tail mass (as specrepro.distill)
+    flush: bool = False  # empty the buffer after each update (the blog's "flushing it every L sequences")
+    max_grad_norm: float = 1.0  # gradient clipping in distill.train_step
+    seed: int = 0  # the generator that draws minibatches from the buffer
+
+    def __post_init__(self) -> None:
+        for name in ("buffer_size", "update_every", "steps_per_update", "top_k"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+                raise ValueError(f"{name} must be an integer >= 1, got {value!r}")
+        if self.batch_size is not None and (not isinstance(self.batch_size, int) or self.batch_size < 1):
+            raise ValueError(f"batch_size must be None (the whole buffer) or an integer >= 1, got {self.batch_size!r}")
+        for name in ("lr", "max_grad_norm"):
+            value = getattr(self, name)
+            if not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
+                raise ValueError(f"{name} must be a finite number > 0, got {value!r}")
+        if self.divergence not in DIVERGENCES:
+            raise ValueError(f"divergence must be one of {sorted(DIVERGENCES)}, got {self.divergence!r}")
+        if not isinstance(self.seed, int):
+            raise ValueError(f"seed must be an integer, got {self.seed!r}")
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+
+# ------------------------------------------------------------------------------------------- the data
+
+
+def teacher_rows(p: torch.Tensor, sampling: SamplingConfig) -> torch.Tensor:
+    """The target's raw rows [N, V] as far as its warped rows p̃ [N, V] give them: p̃^T renormalised at T > 0
+    (exp(T log p̃) ∝ exp(z)), the one-hot argmax itself at T = 0 (module docstring)."""
+    p = p.float()
+    if sampling.greedy:
+        return p
+    return torch.softmax(sampling.temperature * torch.log(p), dim=-1)  # p̃ = 0 stays 0 (log 0 = −inf)
+
+
+@dataclass(frozen=True)
+class OnlineSample:
+    """One verification step as training data: after ``context`` the draft proposed ``tokens`` (x_0..x_{γ−1});
+    row i is the target's distribution of x_i given context + x_<i, kept as its top-k and the tail mass."""
+
+    context: tuple[int, ...]  # the committed sequence the draft proposed after (prompt included)
+    tokens: tuple[int, ...]  # [γ] the draft's tokens
+    top_ids: torch.Tensor  # [γ, K] long
+    top_probs: torch.Tensor  # [γ, K] float32
+    tail: torch.Tensor  # [γ] float32, 1 − Σ top_probs
+
+    @classmethod
+    def from_step(cls, context: list[int], tokens: list[int], p: torch.Tensor, sampling: SamplingConfig,
+                  top_k: int) -> "OnlineSample":
+        """From the target's warped rows p [γ, V] at the draft's γ positions (``StepFeedback.p[:γ]``)."""
+        if p.dim() != 2 or p.shape[0] != len(tokens):
+            raise ValueError(f"need one target row per draft token: {len(tokens)} tokens, rows {tuple(p.shape)}")
+        rows = teacher_rows(p, sampling).cpu()  # [γ, V]
+        top = torch.topk(rows, min(top_k, rows.shape[-1]), dim=-1)  # [γ, K] each
+        return cls(tuple(context), tuple(tokens), top.indices, top.values,
+                   (1 - top.values.sum(-1)).clamp(min=0))
+
+    def to_example(self) -> Example:
+        """As ``specrepro.distill``'s data: tokens = context + x_0..x_{γ−1}, a teacher row for each x_i."""
+        n0, g, k = len(self.context), len(self.tokens), self.top_ids.shape[-1]
+        L = n0 + g
+        ex = Example(torch.tensor(self.context + self.tokens), torch.zeros(L, dtype=torch.bool),
+                     torch.zeros(L, k, dtype=torch.long), torch.zeros(L, k), torch.zeros(L))
+        ex.has_row[n0:] = True
+        ex.top_ids[n0:], ex.top_probs[n0:], ex.tail[n0:] = self.top_ids, self.top_probs, self.tail
+        return ex
+
+
+class OnlineBuffer:
+    """The last ``size`` samples, first in first out."""
+
+    def __init__(self, size: int):
+        if not isinstance(size, int) or size < 1:
+            raise ValueError(f"the buffer size must be an integer >= 1, got {size!r}")
+        self.samples: deque[OnlineSample] = deque(maxlen=size)
+
+    def add(self, sample: OnlineSample) -> None:
+        self.samples.append(sample)  # a full deque drops its oldest item
+
+    def clear(self) -> None:
+        self.samples.clear()
+
+    def __len__(self) -> int:
+        return len(self.samples)
+
+    @property
+    def rows(self) -> int:
+        """Target rows held: one per draft position."""
+        return sum(len(s.tokens) for s in self.samples)
+
+
+# ---------------------------------------------------------------------------------------- the update
+
+
+class FullVocabStudent(torch.nn.Module):
+    """A causal LM whose head covers the whole vocabulary, seen as a reduced-vocabulary draft that keeps every id
+    (``token_map`` the identity), so that ``distill.train_step`` trains it unchanged."""
+
+    def __init__(self, lm: torch.nn.Module):
+        super().__init__()
+        self.lm = lm
+        vocab = lm.get_output_embeddings().weight.shape[0]
+        self.register_buffer("token_map", torch.arange(vocab, device=model_device(lm)), persistent=False)
+
+    def reduced_logits(self, input_ids: torch.Tensor, past_key_values=None, use_cache: bool | None = None,
+                       attention_mask: torch.Tensor | None = None) -> tuple[torch.Tensor, None]:
+        return self.lm(input_ids=input_ids, attention_mask=attention_mask, use_cache=False).logits, None  # [B, T, V]
+
+
+def as_student(model: torch.nn.Module) -> torch.nn.Module:
+    """What ``distill.train_step`` trains: a ``ReducedVocabDraft`` as it is, any other causal LM wrapped."""
+    return model if isinstance(model, ReducedVocabDraft) else FullVocabStudent(model)
+
+
+def batch_to(batch: DistillBatch, device: torch.device) -> DistillBatch:
+    return DistillBatch(*(getattr(batch, f.name).to(device) for f in dataclasses.fields(batch)))
+
+
+@dataclass(frozen=True)
+class UpdateReport:
+    after_sequence: int  # served sequences when the update ran (a multiple of L)
+    samples: int  # buffer samples (verification steps) it trained on
+    rows: int  # target rows (draft positions) in them
+    losses: tuple[float, ...]  # the divergence before each optimiser step
+    seconds: float  # wall time of the update, device-synchronised
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+
+class OnlineLearner:
+    """The draft's training side: the buffer, AdamW, and an update after every L-th served sequence.
+
+    The draft ``model`` is trained in place (its parameters are set to require gradients); it is the same module
+    the drafter samples from, and it is left in eval mode after each update."""
+
+    def __init__(self, model: torch.nn.Module, config: OnlineConfig = OnlineConfig()):
+        self.config = config
+        self.model = model
+        self.student = as_student(model)
+        self.model.requires_grad_(True)
+        self.optimizer = torch.optim.AdamW(self.student.parameters(), lr=config.lr, betas=(0.9, 0.95),
+                                           weight_decay=0.0)
+        self.buffer = OnlineBuffer(config.buffer_size)
+        self.generator = torch.Generator().manual_seed(config.seed)
+        self.clock = Clock(model_device(model))
+        self.sequences = 0  # served sequences so far
+        self.reports: list[UpdateReport] = []
+
+    @property
+    def updates(self) -> int:
+        """Updates so far; a drafter compares it with the count its cache was built under."""
+        return len(self.reports)
+
+    def record(self, sample: OnlineSample) -> None:
+        self.buffer.add(sample)
+
+    def end_sequence(self) -> UpdateReport | None:
+        """Count one served sequence; after every L-th, update (nothing to learn from an empty buffer)."""
+        self.sequences += 1
+        if self.sequences % self.config.update_every or not len(self.buffer):
+            return None
+        return self.update()
+
+    def update(self) -> UpdateReport:
+        """``steps_per_update`` steps of ``distill.train_step`` on the buffer (or on seeded minibatches of it)."""
+        cfg, samples = self.config, list(self.buffer.samples)
+        if not samples:
+            raise ValueError("the buffer is empty: serve at least one verification step before an update")
+        device = model_device(self.model)
+        t0 = self.clock.now()
+        losses = []
+        for _ in range(cfg.steps_per_update):
+            picked = samples
+            if cfg.batch_size is not None and cfg.batch_size < len(samples):
+                order = torch.randperm(len(samples), generator=self.generator)[: cfg.batch_size].tolist()
+                picked = [samples[i] for i in order]
+            examples = [s.to_example() for s in picked]
+            batch = collate(examples, max_len=max(len(e.tokens) for e in examples))  # every row kept
+            losses.append(train_step(self.student, batch_to(batch, device), cfg.divergence, self.optimizer,
+                                     cfg.max_grad_norm))
+        self.student.eval()
+        report = UpdateReport(after_sequence=self.sequences, samples=len(samples), rows=self.buffer.rows,
+                              losses=tuple(losses), seconds=self.clock.now() - t0)
+        if cfg.flush:
+            self.buffer.clear()
+        self.reports.append(report)
+        return report
+
+
+# ------------------------------------------------------------------------------------------ serving
+
+
+@dataclass
+class SequenceStats:
+    """One served sequence of a stream."""
+
+    index: int
+    seed: int  # DecodeConfig.seed of this sequence (the stream's seed + index)
+    prompt_tokens: int
+    new_tokens: int
+    accepted: int  # draft tokens accepted
+    tested: int  # draft tokens that met an accept test
+    alpha: float | None  # accepted / tested
+    target_calls: int
+    wall_time_s: float  # the generation alone, without the update that may follow it
+    updates: int  # updates done after this sequence, cumulative (0 for a frozen drafter)
+    update_s: float  # cost of the update that followed this sequence, 0 when none did
+    update: dict | None  # its UpdateReport
+
+
+@dataclass
+class StreamRecord:
+    sequences: list[SequenceStats]
+    records: list[GenerationRecord]  # one per prompt, in stream order
+    online: dict | None  # the OnlineConfig of an online drafter; None for a frozen one
+    config: dict = field(default_factory=dict)  # the DecodeConfig of the stream (sequence i is seeded seed + i)
+
+    @property
+    def alpha(self) -> float | None:
+        """α pooled over the whole stream."""
+        return pooled_alpha([a for r in self.records for a in r.accept_lengths],
+                            [g for r in self.records for g in r.proposed_lengths])
+
+    @property
+    def updates(self) -> int:
+        return self.sequences[-1].updates
+
+    @property
+    def update_s(self) -> float:
+        return sum(s.update_s for s in self.sequences)
+
+    def to_dict(self) -> dict:
+        return {"alpha": self.alpha, "updates": self.updates, "update_s": self.update_s, "online": self.online,
+                "config": self.config, "sequences": [dataclasses.asdict(s) for s in self.sequences],
+                "records": [r.to_dict() for r in self.records]}
+
+
+def serve_stream(target: torch.nn.Module, drafter: Drafter, prompts: list[list[int]], config: DecodeConfig,
+                 eos: set[int] = frozenset(), rule: TreeRule = TREE_RULES["exact"],
+                 context_length: int | None = None) -> StreamRecord:
+    """Speculative decoding over a stream of prompts, in order, one ``speculative_generate`` each (sequence i
+    seeded ``config.seed + i``, so a frozen and an online drafter meet the same uniforms).
+
+    An ``OnlineDrafter`` closes each sequence right after it (``end_sequence``: every L-th one is followed by an
+    update, timed apart from the generation); any other drafter serves frozen, the baseline to compare with."""
+    from ..drafters.online import OnlineDrafter  # here: drafters.online builds on this module
+
+    if len(prompts) == 0:
+        raise ValueError("the stream is empty: give at least one prompt")
+    online = drafter if isinstance(drafter, OnlineDrafter) else None
+    stats, records = [], []
+    for i, prompt in enumerate(prompts):
+        seq_config = dataclasses.replace(config, seed=config.seed + i)
+        rec = speculative_generate(target, drafter, list(prompt), seq_config, eos, rule=rule,
+                                   context_length=context_length, method="online" if online else "speculative")
+        report = online.end_sequence() if online is not None else None
+        stats.append(SequenceStats(
+            index=i, seed=seq_config.seed, prompt_tokens=len(prompt), new_tokens=rec.new_tokens,
+            accepted=sum(rec.accept_lengths), tested=rec.tested, alpha=rec.alpha, target_calls=rec.target_calls,
+            wall_time_s=rec.wall_time_s, updates=online.learner.updates if online is not None else 0,
+            update_s=report.seconds if report is not None else 0.0,
+            update=report.to_dict() if report is not None else None))
+        records.append(rec)
+    return StreamRecord(stats, records, online.learner.config.to_dict() if online is not None else None,
+                        config.to_dict())
