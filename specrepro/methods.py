@@ -157,6 +157,14 @@ def _fused(model, config: DecodeConfig) -> Drafter:
     return FusedDrafter(model, PromptLookupDrafter())
 
 
+def _online(model, config: DecodeConfig) -> Drafter:
+    """A copy of the draft in fp32 that learns while serving: the draft other variants of a run use stays frozen."""
+    import copy
+
+    from .drafters.online import OnlineDrafter
+    return OnlineDrafter(copy.deepcopy(model).float())
+
+
 def _multi_draft(model, config: DecodeConfig) -> Drafter:
     from .drafters.lm_tree import MultiDraftDrafter
     return MultiDraftDrafter(model, num_drafts=config.params.num_drafts)
@@ -172,6 +180,9 @@ REGISTRY: dict[str, Method] = {
                    rule="bild"),
     "spectr": Method(loop="speculative", kind="draft model", needs="draft model", build=_draft_model(_multi_draft),
                      rule="spectr", nodes=lambda gamma, params: params.num_drafts * gamma),
+    # survey blog: online speculative decoding, the draft distilled towards the target's rows while serving
+    # (updates between sequences, every L-th; training.online.OnlineConfig's defaults)
+    "online": Method(loop="speculative", kind="draft model", needs="draft model", build=_draft_model(_online)),
     # mentored blog (seed 001): speculative sampling's chain with the KL-bounded optimal acceptance (--kl-bound D)
     "mentored": Method(loop="speculative", kind="draft model", needs="draft model",
                        build=lambda draft, target=None, config=None: LMDrafter(draft.model), rule="mentored"),

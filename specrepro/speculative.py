@@ -44,9 +44,9 @@ def speculative_generate(target: torch.nn.Module, drafter: Drafter, prompt_ids: 
     generator, clock, p_model, ids, out, rec = run.generator, run.clock, run.p_model, run.ids, run.out, run.rec
     rec.provenance["gamma_policy"] = gamma_policy.to_dict()
     rec.provenance["acceptance"] = rule.describe() if isinstance(rule, TreeRule) else {"name": rule.__name__}
-    drafter.reset()
-
     start = clock.now()
+    drafter.reset()  # timed, as drafting: what a drafter does between sequences (an online update) is its cost
+    rec.time_draft_s += clock.now() - start
     stop = None
     while stop is None:
         # 1. Propose: γ from the policy (acceptances so far), never more than the budget left after the target's token.

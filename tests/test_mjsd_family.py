@@ -6,6 +6,7 @@ lossy, the bench scores quality and energy, and bad parameters get one clear err
 """
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 
@@ -163,3 +164,18 @@ def test_mentored_at_d0_is_speculative_sampling_and_labelled_lossless(pair):
     assert runs["mentored", 0.0].provenance["acceptance"]["lossless"] is True
     assert runs["mentored", 0.5].provenance["acceptance"]["lossless"] is False
     assert dict(Variant.parse("mentored:kl0.05", None, 4).params) == {"kl_bound": 0.05}
+
+
+def test_online_from_the_registry_learns_on_a_copy_of_the_draft(pair):
+    """The registry's online drafter trains a copy: the draft other methods of the same run use stays frozen."""
+    from specrepro.methods import drafter_for
+    target, draft = pair
+    before = {k: v.clone() for k, v in draft.model.state_dict().items()}
+    config = DecodeConfig(method="online", gamma=3, max_new_tokens=8, sampling=SamplingConfig(temperature=1.0))
+    drafter = drafter_for(draft, "online", target, config)
+    drafter.learner.config = dataclasses.replace(drafter.learner.config, update_every=1)
+    for seed in range(2):
+        generate_ids(target, [1, 2, 3, 4], dataclasses.replace(config, seed=seed), draft=drafter)
+    drafter.reset()  # closes the last sequence: an update
+    assert drafter.learner.updates >= 1
+    assert all(torch.equal(before[k], v) for k, v in draft.model.state_dict().items())
