@@ -221,7 +221,11 @@ def test_tree_sampling_on_one_hot_p_emits_the_greedy_tokens():
 
 def test_rules_are_labelled_and_typical_is_lossy():
     assert {name: rule.lossless for name, rule in TREE_RULES.items()} == {
-        "greedy": True, "exact": True, "typical": False}
+        "greedy": True, "exact": True, "typical": False, "spectr": True, "mjsd": False, "bild": False,
+        "mentored": False}  # mentored is lossless at D = 0 only (methods.rule_for relabels it there)
+    for name in ("typical", "mjsd", "bild", "mentored"):
+        assert "LOSSY" in TREE_RULES[name].fn.__doc__ + (__import__(TREE_RULES[name].fn.__module__,
+                                                                    fromlist=["_"]).__doc__ or "")
     assert TREE_RULES["typical"].params == TypicalParams(epsilon=0.09, delta=0.3)
     assert TREE_RULES["typical"].describe()["params"]["epsilon"] == 0.09
     assert TREE_RULES["typical"].with_params(epsilon=0.05).params.epsilon == 0.05
