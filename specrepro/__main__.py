@@ -57,9 +57,9 @@ def sampling_from(args: argparse.Namespace) -> SamplingConfig:
 
 
 def params_from(args: argparse.Namespace) -> MethodParams:
-    return MethodParams(num_beams=args.num_beams, tau=args.tau, fallback_threshold=args.fallback_threshold,
-                        rollback_threshold=args.rollback_threshold, num_drafts=args.num_drafts,
-                        kl_bound=args.kl_bound)
+    """The method parameters given on the command line (each ``MethodParams`` field has a flag of its name)."""
+    import dataclasses
+    return MethodParams(**{f.name: getattr(args, f.name) for f in dataclasses.fields(MethodParams)})
 
 
 def gamma_arg(value: str) -> int | str:
@@ -260,6 +260,7 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
 
 
 def cmd_bench(args: argparse.Namespace) -> int:
+    import dataclasses
     from pathlib import Path
 
     from .bench import BenchConfig, format_summary, run_bench
@@ -271,9 +272,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
         draft=args.draft, prompts=source, limit=args.limit, max_new_tokens=args.max_new_tokens,
         temperature=sampling.temperature, top_k=sampling.top_k, top_p=sampling.top_p, preset=args.preset,
         gamma=args.gamma, gamma_max=args.gamma_max, tree_size=args.tree_size, acceptance=args.acceptance,
-        num_beams=args.num_beams, tau=args.tau, fallback_threshold=args.fallback_threshold,
-        rollback_threshold=args.rollback_threshold, num_drafts=args.num_drafts, kl_bound=args.kl_bound,
-        quality=not args.no_quality,
+        **dataclasses.asdict(params_from(args)), quality=not args.no_quality,
         repeats=args.repeats, seed=args.seed, dtype=args.dtype, device=args.device, threads=args.threads,
         ngram_table=str(Path(args.ngram_table).resolve()) if args.ngram_table else None,
         chat_template=not args.no_chat_template, warmup_tokens=args.warmup_tokens)

@@ -81,12 +81,25 @@ ALL_METHODS = METHODS  # the registry's: ours and transformers' baselines
 DTYPE_FIELDS = ("auto", "bf16", "fp16", "fp32")
 
 
-def _is_float(text: str) -> bool:
-    try:
-        float(text)
-        return True
-    except ValueError:
-        return False
+# A variant's method-parameter fields: prefix -> (MethodParams field, type). Longer prefixes are tried first, so
+# "tau0.5" is never read as a tree size and the dtypes ("fp32") are matched before "f".
+PARAM_FIELDS = {"tau": ("tau", float), "kl": ("kl_bound", float), "b": ("num_beams", int),
+                "m": ("num_drafts", int), "f": ("fallback_threshold", float), "r": ("rollback_threshold", float)}
+
+
+def _param_field(field: str) -> tuple[str, int | float] | None:
+    """(MethodParams field, value) for a label field such as "b4", "tau0.5", "kl0.05" or "r2"; None otherwise."""
+    for prefix in sorted(PARAM_FIELDS, key=len, reverse=True):
+        name, kind = PARAM_FIELDS[prefix]
+        if field.startswith(prefix):
+            text = field[len(prefix):]
+            if kind is int:  # digits only, >= 1
+                return (name, int(text)) if text.isdigit() and int(text) >= 1 else None
+            try:
+                return name, float(text)
+            except ValueError:
+                return None
+    return None
 
 
 class ResumeMismatch(ValueError):
@@ -112,16 +125,10 @@ class Variant:
             raise ValueError(f"unknown method {method!r} in {label!r}; choose from {', '.join(ALL_METHODS)}")
         dtype, gamma, tree_size, acceptance, params = default_dtype, default_gamma, None, None, {}
         for field in fields:
-            if field.startswith("tau") and _is_float(field[3:]):
-                params["tau"] = float(field[3:])
-            elif field[:1] in "bm" and field[1:].isdigit() and int(field[1:]) >= 1:
-                params["num_beams" if field[0] == "b" else "num_drafts"] = int(field[1:])
-            elif field in DTYPE_FIELDS:
+            if field in DTYPE_FIELDS:
                 dtype = field
-            elif field.startswith("kl") and _is_float(field[2:]):  # mentored decoding's D
-                params["kl_bound"] = float(field[2:])
-            elif field[:1] in "fr" and _is_float(field[1:]):  # BiLD's τ1 (fallback) and τ2 (rollback)
-                params["fallback_threshold" if field[0] == "f" else "rollback_threshold"] = float(field[1:])
+            elif (param := _param_field(field)) is not None:
+                params[param[0]] = param[1]
             elif field in ACCEPTANCE_RULES:
                 acceptance = field
             elif field.startswith("t") and field[1:].isdigit() and int(field[1:]) >= 1:
@@ -204,8 +211,8 @@ class BenchConfig:
         return SamplingConfig(temperature=self.temperature, top_k=self.top_k, top_p=self.top_p)
 
     def method_params(self, **changes) -> MethodParams:
-        base = dict(num_beams=self.num_beams, tau=self.tau, fallback_threshold=self.fallback_threshold,
-                    rollback_threshold=self.rollback_threshold, num_drafts=self.num_drafts, kl_bound=self.kl_bound)
+        """The run's method parameters (its fields named as ``MethodParams``'), with a variant's ``changes``."""
+        base = {f.name: getattr(self, f.name) for f in dataclasses.fields(MethodParams)}
         return MethodParams(**{**base, **changes})
 
     def decode_config(self, method: str, repeat: int, max_new_tokens: int | None = None,

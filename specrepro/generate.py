@@ -8,7 +8,7 @@ from .autoregressive import autoregressive_generate
 from .config import DecodeConfig
 from .decoding import eos_ids
 from .drafters import Drafter, NGramTable
-from .methods import METHODS, REGISTRY, drafter_for, method, rule_for
+from .methods import REGISTRY, drafter_for, method, rule_for
 from .mjgd import mjgd_generate
 from .models import LoadedModel
 from .record import GenerationRecord

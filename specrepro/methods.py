@@ -137,6 +137,14 @@ def _draft_model(make: Callable[[Any, DecodeConfig | None], Drafter]) -> Builder
     return build
 
 
+def _chain(model, config: DecodeConfig) -> Drafter:
+    return LMDrafter(model)  # γ tokens sampled from the draft model's warped q
+
+
+def _m_chains(gamma: int, params) -> int:
+    return params.num_drafts * gamma  # m draft chains of γ tokens
+
+
 def _beam(model, config: DecodeConfig) -> Drafter:
     from .drafters.beam import BeamDrafter
     return BeamDrafter(model, num_beams=config.params.num_beams)
@@ -179,17 +187,16 @@ REGISTRY: dict[str, Method] = {
     "bild": Method(loop="speculative", kind="draft model", needs="draft model", build=_draft_model(_bild),
                    rule="bild"),
     "spectr": Method(loop="speculative", kind="draft model", needs="draft model", build=_draft_model(_multi_draft),
-                     rule="spectr", nodes=lambda gamma, params: params.num_drafts * gamma),
+                     rule="spectr", nodes=_m_chains),
     # survey blog: online speculative decoding, the draft distilled towards the target's rows while serving
     # (updates between sequences, every L-th; training.online.OnlineConfig's defaults)
     "online": Method(loop="speculative", kind="draft model", needs="draft model", build=_draft_model(_online)),
     # mentored blog (seed 001): speculative sampling's chain with the KL-bounded optimal acceptance (--kl-bound D)
-    "mentored": Method(loop="speculative", kind="draft model", needs="draft model",
-                       build=lambda draft, target=None, config=None: LMDrafter(draft.model), rule="mentored"),
+    "mentored": Method(loop="speculative", kind="draft model", needs="draft model", build=_draft_model(_chain),
+                       rule="mentored"),
     "multi-draft": Method(loop="speculative", kind="draft model", needs="draft model",
-                          build=_draft_model(_multi_draft), nodes=lambda gamma, params: params.num_drafts * gamma),
-    "speculative": Method(loop="speculative", kind="draft model", needs="draft model",
-                          build=lambda draft, target=None, config=None: LMDrafter(draft.model)),
+                          build=_draft_model(_multi_draft), nodes=_m_chains),
+    "speculative": Method(loop="speculative", kind="draft model", needs="draft model", build=_draft_model(_chain)),
     # survey blog: staged (the draft model sped up by prompt lookup, two exact levels) and fused (prompt-lookup
     # copies when the context matches, the draft model otherwise)
     "staged": Method(loop="speculative", kind="draft model", needs="draft model", build=_draft_model(_staged)),
