@@ -16,7 +16,7 @@
 
 - ``base``: the tree rules' contract (``TreeVerdict``, ``TreeRule``) and their shared input checks.
 """
-from .base import TreeRule, TreeVerdict, check_tree_inputs
+from .base import TreeRule, TreeVerdict, check_chain_inputs, check_tree_inputs
 from .bild import BILD_RULE, BiLDParams, bild_rollback
 from .chain import greedy_match, speculative_sampling
 from .mentored import MENTORED_RULE, MentoredParams, mentored, solve_rows
@@ -30,7 +30,7 @@ TREE_RULES: dict[str, TreeRule] = {**_TREE_FILE_RULES, "spectr": SPECTR_RULE, "m
 
 __all__ = [
     "speculative_sampling", "greedy_match",
-    "TreeRule", "TreeVerdict", "check_tree_inputs",
+    "TreeRule", "TreeVerdict", "check_tree_inputs", "check_chain_inputs",
     "TREE_RULES", "TypicalParams", "tree_greedy", "tree_sampling", "typical_acceptance", "typical_thresholds",
     "SPECTR_RULE", "SpecTrParams", "kseq_tree", "MJSD_RULE", "MJSDParams", "mjsd_joint_threshold",
     "BILD_RULE", "BiLDParams", "bild_rollback", "MENTORED_RULE", "MentoredParams", "mentored", "solve_rows",

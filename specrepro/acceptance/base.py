@@ -22,7 +22,7 @@ from typing import Any, Callable, NamedTuple
 
 import torch
 
-from ..tree import check_parents
+from ..tree import check_parents, is_chain
 
 
 class TreeVerdict(NamedTuple):
@@ -85,4 +85,20 @@ def check_tree_inputs(
     if n and (int(tokens.min()) < 0 or int(tokens.max()) >= p.shape[1]):
         raise ValueError(f"token ids must lie in [0, V = {p.shape[1]}), got {tokens.tolist()}")
     check_parents(parents, n)
+    return n
+
+
+def check_chain_inputs(
+    p: torch.Tensor,  # [N+1, V]
+    q: torch.Tensor,  # [N, V]
+    tokens: torch.Tensor,  # [N]
+    parents: torch.Tensor,  # [N]
+    uniforms: torch.Tensor,  # [N+1]
+    rule: str,  # the rule's name, for the error
+) -> int:
+    """``check_tree_inputs`` for a rule that verifies one draft chain (MJSD, BiLD, mentored): N, or one clear error."""
+    n = check_tree_inputs(p, q, tokens, parents, uniforms)
+    if not is_chain(parents):
+        raise ValueError(f"{rule} verifies one draft chain (parents [-1, 0, ..., N-2]), got parents "
+                         f"{parents.tolist()}")
     return n

@@ -24,9 +24,8 @@ from dataclasses import dataclass
 
 import torch
 
-from ..tree import is_chain
 from ..warping import sample
-from .base import TreeRule, TreeVerdict, check_tree_inputs
+from .base import TreeRule, TreeVerdict, check_chain_inputs
 
 
 @dataclass(frozen=True)
@@ -52,10 +51,7 @@ def bild_rollback(
     """LOSSY. Keep the drafts before the first one with −log p(x_i) > τ2, then draw the next token from the
     p row after them (module docstring). On a chain row i of p scores node i, so the kept prefix has length
     n = min({i | −log p[i, x_i] > τ2} ∪ {N})."""
-    n = check_tree_inputs(p, q, tokens, parents, uniforms)
-    if not is_chain(parents):
-        raise ValueError(f"BiLD's rollback verifies one draft chain (parents [-1, 0, 1, ...]), got parents "
-                         f"{parents.tolist()}")
+    n = check_chain_inputs(p, q, tokens, parents, uniforms, "BiLD's rollback")
     nll = -torch.log(p.double()[torch.arange(n, device=p.device), tokens.long()])  # [N] d(x_i), inf where p = 0
     rolled_back = (nll > params.rollback_threshold).nonzero()
     kept = int(rolled_back[0]) if rolled_back.numel() else n

@@ -56,9 +56,8 @@ from typing import NamedTuple
 
 import torch
 
-from ..tree import is_chain
 from ..warping import sample
-from .base import TreeRule, TreeVerdict, check_tree_inputs
+from .base import TreeRule, TreeVerdict, check_chain_inputs
 
 GRID = 64  # levels tried per search step: the bracket shrinks 65-fold, so ~9 steps reach adjacent doubles
 SEARCH_STEPS = 200  # cap (a bracket reaching down to 0 may need more steps than one inside [1e-3, 1])
@@ -267,10 +266,7 @@ def mentored(
     n = min({i | uniforms[i] ≥ r_i(x_i)} ∪ {N}), r_i the optimal acceptance of row i under KL(p_i ‖ π_i) ≤ D;
     the next token is drawn with uniforms[N] from the residual s_n if n < N, else from p[N] (the bonus).
     """
-    n = check_tree_inputs(p, q, tokens, parents, uniforms)
-    if not is_chain(parents):
-        raise ValueError(f"mentored decoding verifies one draft chain (parents [-1, 0, ..., N-2]), got parents "
-                         f"{parents.tolist()}")
+    n = check_chain_inputs(p, q, tokens, parents, uniforms, "mentored decoding")
     at = torch.arange(n, device=p.device)
     x = tokens.long().to(p.device)
     u = uniforms[:n].double().to(p.device)  # [N]

@@ -14,9 +14,8 @@ from dataclasses import dataclass
 
 import torch
 
-from ..tree import is_chain
 from ..warping import sample
-from .base import TreeRule, TreeVerdict, check_tree_inputs
+from .base import TreeRule, TreeVerdict, check_chain_inputs
 
 
 @dataclass(frozen=True)
@@ -51,10 +50,7 @@ def mjsd_joint_threshold(
     never passes (not even at τ = 0); one the draft gives probability 0 and the target does not has ratio ∞ and
     passes whenever τ < 1. τ = 1 accepts nothing (min(1, ·) is never above 1), and MJSD becomes sampling from p.
     """
-    n = check_tree_inputs(p, q, tokens, parents, uniforms)
-    if not is_chain(parents):
-        raise ValueError(f"MJSD verifies one draft sequence: parents must be a chain [-1, 0, ..., N-2], "
-                         f"got {parents.tolist()}")
+    n = check_chain_inputs(p, q, tokens, parents, uniforms, "MJSD")
     at = torch.arange(n, device=tokens.device)
     x = tokens.long()
     log_p = p.double()[at, x].log().cumsum(0)  # [N] log p(x_1:j), j = 1..N
