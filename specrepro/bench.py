@@ -140,7 +140,8 @@ class Variant:
             else:
                 raise ValueError(f"bad field {field!r} in {label!r}: expected a dtype ({', '.join(DTYPE_FIELDS)}), "
                                  f"gN (N >= 1), gauto, tN (tree size N >= 1), a rule ({', '.join(ACCEPTANCE_RULES)}), "
-                                 f"bN (beams), mN (drafts), tauX (MJSD's threshold), fX or rX (BiLD's τ1, τ2), klX (mentored D)")
+                                 f"bN (beams), mN (drafts), tauX (MJSD's threshold), fX or rX (BiLD's τ1, τ2), "
+                                 f"klX (mentored D)")
         if gamma == "auto" and method in HF_METHODS:
             raise ValueError(f"{label}: gamma auto is our loop's policy; transformers' baselines take a fixed γ")
         if tree_size is not None and method not in TREE_METHODS:

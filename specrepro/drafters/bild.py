@@ -17,9 +17,8 @@ from __future__ import annotations
 import torch
 
 from ..config import SamplingConfig
-from ..warping import sample, warp
 from .base import Proposal
-from .lm import LMDrafter
+from .lm import LMDrafter, sample_chain
 
 
 def draft_confidence(
@@ -44,16 +43,11 @@ class BiLDDrafter(LMDrafter):  # LMDrafter's draft cache, feedback and reset; pr
     def propose(self, ids: list[int], gamma: int, sampling: SamplingConfig,
                 generator: torch.Generator) -> Proposal:
         uniforms = torch.rand(gamma, generator=generator, dtype=torch.float64)  # [γ]
-        seq, tokens, rows, calls = list(ids), [], [], 0
-        for i in range(gamma):
-            logits = self.lm.logits_for(seq)[-1]  # [V]; the cache runs only the newest position
-            calls += 1
-            q_i = warp(logits, sampling)  # [V]
-            if draft_confidence(logits, q_i, sampling) < self.fallback_threshold:
-                break  # fallback: the target writes position i
-            x_i = sample(q_i, uniforms[i])
-            tokens.append(x_i)
-            rows.append(q_i)
-            seq.append(x_i)
+        # fallback: the chain stops where the draft's confidence is below τ1 and the target writes that position
+        def unsure(logits: torch.Tensor, q: torch.Tensor) -> bool:  # logits [V], q [V]
+            return draft_confidence(logits, q, sampling) < self.fallback_threshold
+
+        tokens, rows = sample_chain(self.lm, ids, gamma, sampling, uniforms, stop=unsure)
+        calls = len(tokens) + (len(tokens) < gamma)  # the forward that found low confidence counts too
         return Proposal(tokens=torch.tensor(tokens, dtype=torch.long),  # [n ≤ γ]
                         probs=torch.stack(rows) if rows else None, calls=calls)  # [n, V]

@@ -1,6 +1,8 @@
 """A draft language model q: γ tokens sampled autoregressively, each with its warped distribution."""
 from __future__ import annotations
 
+from typing import Callable
+
 import torch
 
 from ..config import SamplingConfig
@@ -10,9 +12,12 @@ from .base import Drafter, Proposal, StepFeedback
 
 
 def sample_chain(lm: CachedModel, prefix: list[int], length: int, sampling: SamplingConfig,
-                 uniforms: torch.Tensor, first: int | None = None) -> tuple[list[int], list[torch.Tensor]]:
+                 uniforms: torch.Tensor, first: int | None = None,
+                 stop: Callable[[torch.Tensor, torch.Tensor], bool] | None = None
+                 ) -> tuple[list[int], list[torch.Tensor]]:
     """``length`` tokens after ``prefix``, each drawn from the draft's warped q with one uniform (uniforms
-    [length]); ``first``, when given, is forced at the first position and costs no draft forward. Returns the
+    [length]); ``first``, when given, is forced at the first position and costs no draft forward; ``stop(logits
+    [V], q [V])``, when given, ends the chain before the position it is true at (that forward was run). Returns the
     tokens and the q rows [V] they were drawn from (none for a forced first token)."""
     seq, tokens, rows = list(prefix), [], []
     for i in range(length):
@@ -20,7 +25,10 @@ def sample_chain(lm: CachedModel, prefix: list[int], length: int, sampling: Samp
             x_i = first
         else:
             # The cache keeps the common prefix with `seq`; only new positions are run (1 after the first).
-            q_i = warp(lm.logits_for(seq)[-1], sampling)  # [V]
+            logits = lm.logits_for(seq)[-1]  # [V]
+            q_i = warp(logits, sampling)  # [V]
+            if stop is not None and stop(logits, q_i):
+                break
             x_i = sample(q_i, uniforms[i])
             rows.append(q_i)
         tokens.append(x_i)
