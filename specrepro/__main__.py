@@ -5,7 +5,7 @@ import argparse
 import json
 import sys
 
-from .config import ACCEPTANCE_RULES, PRESETS, DecodeConfig, MethodParams, SamplingConfig
+from .config import ACCEPTANCE_RULES, ONLINE_DIVERGENCES, PRESETS, DecodeConfig, MethodParams, SamplingConfig
 
 
 def add_decode_args(p: argparse.ArgumentParser) -> None:
@@ -38,6 +38,15 @@ def add_decode_args(p: argparse.ArgumentParser) -> None:
                    help="spectr, multi-draft: i.i.d. draft sequences verified together (m)")
     p.add_argument("--kl-bound", type=float, default=defaults.kl_bound,
                    help="mentored: D, the bound on KL(target ‖ resulting distribution) per token (0: exact)")
+    p.add_argument("--online-buffer", type=int, default=defaults.online_buffer,
+                   help="online: verification steps (with the target's rows) kept in the FIFO buffer")
+    p.add_argument("--online-every", type=int, default=defaults.online_every,
+                   help="online: L, one update of the draft after every L served sequences")
+    p.add_argument("--online-steps", type=int, default=defaults.online_steps,
+                   help="online: optimiser steps per update")
+    p.add_argument("--online-lr", type=float, default=defaults.online_lr, help="online: the draft's learning rate")
+    p.add_argument("--online-divergence", default=defaults.online_divergence, choices=ONLINE_DIVERGENCES,
+                   help="online: the distillation loss of the updates (DistillSpec's fkl, rkl, jsd, tvd)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--dtype", default="auto",
                    help="auto (default: the fastest for the method per the device profile), bf16, fp16 or fp32")

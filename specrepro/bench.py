@@ -176,6 +176,11 @@ class BenchConfig:
     rollback_threshold: float = 2.0  # BiLD τ2
     num_drafts: int = 4  # SpecTr / multi-draft m
     kl_bound: float = 0.1  # mentored decoding's D
+    online_buffer: int = 128  # online decoding's buffer (verification steps), L, steps, lr and loss (MethodParams)
+    online_every: int = 8
+    online_steps: int = 1
+    online_lr: float = 1e-4
+    online_divergence: str = "fkl"
     quality: bool = True  # score every record: perplexity under the target, ROUGE-L against the references
     repeats: int = 1
     seed: int = 0  # base seed; repeat r uses seed + r

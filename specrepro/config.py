@@ -14,6 +14,8 @@ from dataclasses import dataclass
 # the names of specrepro.acceptance.TREE_RULES: lossless "exact", "greedy" (T = 0), "spectr"; LOSSY "typical"
 # (Medusa), "mjsd" (joint-likelihood threshold), "bild" (BiLD's rollback), "mentored" (KL-bounded; exact at D = 0)
 ACCEPTANCE_RULES = ("exact", "greedy", "typical", "spectr", "mjsd", "bild", "mentored")
+# the names of specrepro.distill.DIVERGENCES (DistillSpec's losses), for the online draft's updates
+ONLINE_DIVERGENCES = ("fkl", "rkl", "jsd", "tvd")
 
 
 @dataclass(frozen=True)
@@ -53,6 +55,13 @@ class MethodParams:
     rollback_threshold: float = 2.0  # BiLD τ2: the target rolls back from the first token with −log p(x) > τ2
     num_drafts: int = 4  # SpecTr m: i.i.d. draft sequences verified together
     kl_bound: float = 0.1  # mentored decoding's D: KL(target ‖ resulting distribution) ≤ D per token; 0 = exact
+    # online speculative decoding (training.online.OnlineConfig): a FIFO buffer of verification steps with the
+    # target's rows, and an update of the draft after every L-th served sequence
+    online_buffer: int = 128  # verification steps kept
+    online_every: int = 8  # L: sequences between updates
+    online_steps: int = 1  # optimiser steps per update
+    online_lr: float = 1e-4  # AdamW learning rate of the draft
+    online_divergence: str = "fkl"  # fkl | rkl | jsd | tvd (specrepro.distill.DIVERGENCES)
 
     def __post_init__(self) -> None:
         def whole(x) -> bool:
@@ -73,6 +82,15 @@ class MethodParams:
                 and self.rollback_threshold >= 0):
             raise ValueError(f"rollback_threshold (BiLD τ2, a cross-entropy in nats) must be a finite number >= 0, "
                              f"got {self.rollback_threshold!r}")
+        for name, what in (("online_buffer", "the buffer size"), ("online_every", "L, sequences between updates"),
+                           ("online_steps", "optimiser steps per update")):
+            if not whole(getattr(self, name)) or getattr(self, name) < 1:
+                raise ValueError(f"{name} ({what}) must be an integer >= 1, got {getattr(self, name)!r}")
+        if not (isinstance(self.online_lr, (int, float)) and math.isfinite(self.online_lr) and self.online_lr > 0):
+            raise ValueError(f"online_lr must be a finite number > 0, got {self.online_lr!r}")
+        if self.online_divergence not in ONLINE_DIVERGENCES:
+            raise ValueError(f"online_divergence must be one of {', '.join(ONLINE_DIVERGENCES)}, "
+                             f"got {self.online_divergence!r}")
 
 
 @dataclass(frozen=True)

@@ -170,7 +170,11 @@ def _online(model, config: DecodeConfig) -> Drafter:
     import copy
 
     from .drafters.online import OnlineDrafter
-    return OnlineDrafter(copy.deepcopy(model).float())
+    from .training.online import OnlineConfig
+    p = config.params
+    online = OnlineConfig(buffer_size=p.online_buffer, update_every=p.online_every, steps_per_update=p.online_steps,
+                          lr=p.online_lr, divergence=p.online_divergence, seed=config.seed)
+    return OnlineDrafter(copy.deepcopy(model).float(), online)
 
 
 def _multi_draft(model, config: DecodeConfig) -> Drafter:
@@ -189,7 +193,7 @@ REGISTRY: dict[str, Method] = {
     "spectr": Method(loop="speculative", kind="draft model", needs="draft model", build=_draft_model(_multi_draft),
                      rule="spectr", nodes=_m_chains),
     # survey blog: online speculative decoding, the draft distilled towards the target's rows while serving
-    # (updates between sequences, every L-th; training.online.OnlineConfig's defaults)
+    # (updates between sequences, every L-th; --online-buffer/-every/-steps/-lr/-divergence)
     "online": Method(loop="speculative", kind="draft model", needs="draft model", build=_draft_model(_online)),
     # mentored blog (seed 001): speculative sampling's chain with the KL-bounded optimal acceptance (--kl-bound D)
     "mentored": Method(loop="speculative", kind="draft model", needs="draft model", build=_draft_model(_chain),

@@ -16,7 +16,7 @@ import pytest
 import torch
 
 from specrepro.autoregressive import autoregressive_generate
-from specrepro.config import DecodeConfig, SamplingConfig
+from specrepro.config import DecodeConfig, MethodParams, SamplingConfig
 from specrepro.distill import DIVERGENCES
 from specrepro.draft_model import draft_from_target
 from specrepro.drafters import LMDrafter, Proposal
@@ -56,6 +56,34 @@ def state(model) -> dict:
 def test_config_rejects_bad_values(field, value):
     with pytest.raises(ValueError, match=field):
         OnlineConfig(**{field: value})
+
+
+@pytest.mark.parametrize("field, value", [("online_every", 0), ("online_buffer", 0), ("online_steps", 0),
+                                          ("online_lr", 0.0), ("online_lr", float("inf")), ("online_divergence", "kl")])
+def test_method_params_reject_bad_online_values(field, value):
+    with pytest.raises(ValueError, match=field):
+        MethodParams(**{field: value})
+
+
+def test_the_online_flags_reach_the_drafter(pair):
+    """--online-buffer/-every/-steps/-lr/-divergence (MethodParams) become the OnlineConfig of --method online, which
+    trains an fp32 copy of the draft it is given."""
+    import argparse
+
+    from specrepro.__main__ import add_decode_args, params_from
+    from specrepro.methods import drafter_for
+    from specrepro.models import LoadedModel
+
+    parser = argparse.ArgumentParser()
+    add_decode_args(parser)
+    args = parser.parse_args(["--online-buffer", "7", "--online-every", "2", "--online-steps", "3",
+                              "--online-lr", "3e-4", "--online-divergence", "jsd"])
+    config = DecodeConfig(method="online", seed=5, params=params_from(args))
+    target, draft = pair
+    drafter = drafter_for(LoadedModel("tiny-draft", draft, None), "online", target, config)
+    assert drafter.learner.config == OnlineConfig(buffer_size=7, update_every=2, steps_per_update=3, lr=3e-4,
+                                                  divergence="jsd", seed=5)
+    assert drafter.learner.model is not draft
 
 
 def test_empty_stream_is_refused(pair):
