@@ -182,8 +182,8 @@ def chat_format(target: LoadedModel) -> ChatFormat:
     return ChatFormat(tuple(ids[0]), end, tuple(ids[3][1:]), tuple(ids[2][1:]))
 
 
-def _generate(model: torch.nn.Module, prompts: list[list[int]], max_new: int, temperature: float, stop: int,
-              top_k: int) -> list[tuple[list[int], torch.Tensor, torch.Tensor]]:
+def generate_with_rows(model: torch.nn.Module, prompts: list[list[int]], max_new: int, temperature: float,
+                       stop: int, top_k: int) -> list[tuple[list[int], torch.Tensor, torch.Tensor]]:
     """Batched HF generation from left-padded prompts (greedy at temperature 0); per sequence (new ids up to and
     including ``stop``, teacher top-k ids [n, K] and probabilities [n, K] of the raw T = 1 distribution at each
     new position, whatever the sampling temperature)."""
@@ -216,8 +216,8 @@ def _turn(model: torch.nn.Module, convs: list[tuple[list[int], Rows]], max_new: 
     ``max_new`` is closed by hand when ``close`` (that closing id has no teacher row); ``then`` (the next turn's
     header) follows. Returns each turn's new ids (without the end-of-turn id)."""
     written = []
-    for (toks, rows), (new, ids, probs) in zip(convs, _generate(model, [t for t, _ in convs], max_new, temperature,
-                                                               chat.end, top_k)):
+    outputs = generate_with_rows(model, [t for t, _ in convs], max_new, temperature, chat.end, top_k)
+    for (toks, rows), (new, ids, probs) in zip(convs, outputs):
         ended = bool(new) and new[-1] == chat.end
         rows.update({len(toks) + j: (ids[j], probs[j]) for j in range(len(new))})
         toks += new + ([chat.end] if close and not ended else []) + list(then)

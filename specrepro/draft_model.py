@@ -76,7 +76,8 @@ def draft_from_target(target: torch.nn.Module, kept_ids: torch.Tensor, n_layers:
     with torch.no_grad():
         other = torch.ones(tcfg.vocab_size, dtype=torch.bool)
         other[kept_ids] = False
-        rows = torch.cat([emb[kept_ids], emb[other].mean(0, keepdim=True)])  # [N + 1, H]
+        rest = emb[other].mean(0, keepdim=True) if other.any() else torch.zeros_like(emb[:1])  # [1, H]
+        rows = torch.cat([emb[kept_ids], rest])  # [N + 1, H]; "other" never occurs when every id is kept
         draft.model.embed_tokens.weight.copy_(rows)
         for i in range(n_layers):
             draft.model.layers[i].load_state_dict(target.model.layers[i].state_dict())
