@@ -119,3 +119,9 @@ def test_the_grid_runs_resumes_and_leaves_both_models_unchanged(pair, tmp_path, 
     assert json.dumps(again["cells"]) == json.dumps(result["cells"])
     with pytest.raises(ValueError, match="another configuration"):
         ds.run_study(target, draft, data, StudyConfig(steps=4, batch_size=2), tmp_path / "out", progress=False)
+
+
+def test_the_command_line_refuses_a_bad_grid_in_one_line(capsys):
+    with pytest.raises(SystemExit) as stop:
+        ds.main(["--out", "unused", "--divergences", "fkl,kl"])
+    assert stop.value.code == 2 and "divergences must be" in capsys.readouterr().err

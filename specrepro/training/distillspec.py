@@ -359,3 +359,43 @@ def gain_grid(result: dict, key: str = "gain") -> tuple[list[str], list[str], np
     for cell in result["cells"]:
         grid[sources.index(cell["source"]), divergences.index(cell["divergence"])] = cell[key]
     return sources, divergences, grid
+
+
+def main(argv: list[str] | None = None) -> None:
+    """``python -m specrepro.training.distillspec --out DIR [--steps N ...]``: the grid on the zoo pair."""
+    import argparse
+
+    from ..models import load_draft, load_model
+
+    parser = argparse.ArgumentParser(prog="python -m specrepro.training.distillspec", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--out", required=True, help="folder of the cells (resumed when it holds this configuration)")
+    parser.add_argument("--cache", default=None, help="folder of the target's samples as tensors (default: --out)")
+    parser.add_argument("--target", default="smollm2-135m-instruct")
+    parser.add_argument("--draft", default="smollm2-135m-draft")
+    parser.add_argument("--threads", type=int, default=None)
+    for f in dataclasses.fields(StudyConfig):
+        if isinstance(f.default, tuple):
+            parser.add_argument(f"--{f.name.replace('_', '-')}", default=",".join(f.default),
+                                help=f"comma-separated (default {','.join(f.default)})")
+        else:
+            parser.add_argument(f"--{f.name.replace('_', '-')}", type=type(f.default), default=f.default)
+    args = vars(parser.parse_args(argv))
+    out, cache, names, threads = args.pop("out"), args.pop("cache"), (args.pop("target"), args.pop("draft")), \
+        args.pop("threads")
+    if threads is not None:
+        torch.set_num_threads(threads)
+    try:
+        cfg = StudyConfig(**{k: tuple(v.split(",")) if isinstance(getattr(StudyConfig, k, None), tuple) else v
+                             for k, v in args.items()})
+    except ValueError as e:
+        parser.error(str(e))  # one line and exit status 2
+    target = load_model(names[0], dtype="fp32")
+    draft = load_draft(names[1], target, dtype="fp32")
+    result = run_study(target.model, draft.model, suite_data(target, cfg), cfg, out, cache)
+    print(json.dumps({"baseline_tau": result["baseline"]["tau"],
+                      "cells": {c["cell"]: {"gain": round(c["gain"], 4), "overlap_gain": round(c["overlap_gain"], 4)}
+                                for c in result["cells"]}}, indent=2))
+
+
+if __name__ == "__main__":
+    main()
