@@ -106,7 +106,8 @@ def test_the_grid_runs_resumes_and_leaves_both_models_unchanged(pair, tmp_path, 
     assert len(result["cells"]) == 16 and len(result["baseline"]["prompts"]) == len(data.held_out)
     for c in result["cells"]:
         assert len(c["losses"]) == SMALL.steps and c["lo90"] <= c["gain"] <= c["hi90"]
-        assert (c["sampling_s"] > 0) == (c["source"] in ("draft", "mix"))  # on-policy outputs are drawn per step
+        on_policy = {"draft": SMALL.batch_size, "mix": SMALL.batch_size // 2}.get(c["source"], 0)
+        assert c["draft_outputs"] == SMALL.steps * on_policy  # on-policy outputs are drawn afresh at every step
     assert all(torch.equal(v, state(target)[k]) for k, v in t0.items())
     assert all(torch.equal(v, state(draft)[k]) for k, v in d0.items())
     sources, divs, grid = ds.gain_grid(result)

@@ -219,7 +219,7 @@ def train_cell(target: torch.nn.Module, draft: torch.nn.Module, data: StudyData,
     student = copy.deepcopy(draft).float()
     student.requires_grad_(True)
     opt = torch.optim.AdamW(student.parameters(), lr=cfg.lr, betas=(0.9, 0.95), weight_decay=0.0)
-    losses, sample_s, train_s = [], 0.0, 0.0
+    losses, sample_s, train_s, drawn = [], 0.0, 0.0, 0
     for step, picked in enumerate(schedule(len(data.train), cfg)):
         t0 = time.perf_counter()
         if source == "fixed":
@@ -230,12 +230,13 @@ def train_cell(target: torch.nn.Module, draft: torch.nn.Module, data: StudyData,
             n_draft = cfg.batch_size if source == "draft" else cfg.batch_size // 2
             prompts = [list(data.train[i][0]) for i in picked[:n_draft]]
             outputs = draft_samples(student, prompts, cfg, set(data.eos), seed=cfg.seed * 1_000_003 + 1000 * step)
+            drawn += len(outputs)
             batch = teacher_examples(target, list(zip(prompts, outputs)), cfg.top_k) + pool[step][n_draft:]
         t1 = time.perf_counter()
         losses.append(train_step(student, collate(batch, cfg.max_len), divergence, opt))
         sample_s, train_s = sample_s + t1 - t0, train_s + time.perf_counter() - t1
     student.eval()
-    return student, {"losses": [round(x, 5) for x in losses], "sampling_s": round(sample_s, 1),
+    return student, {"losses": [round(x, 5) for x in losses], "draft_outputs": drawn, "sampling_s": round(sample_s, 1),
                      "train_s": round(train_s, 1)}
 
 
