@@ -47,6 +47,9 @@ def add_decode_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--online-lr", type=float, default=defaults.online_lr, help="online: the draft's learning rate")
     p.add_argument("--online-divergence", default=defaults.online_divergence, choices=ONLINE_DIVERGENCES,
                    help="online: the distillation loss of the updates (DistillSpec's fkl, rkl, jsd, tvd)")
+    p.add_argument("--online-examples", default=defaults.online_examples, choices=("steps", "sequences"),
+                   help="online: train each verification step over its own context (steps), or each served "
+                        "sequence once with the target's rows on it (sequences: far cheaper updates)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--dtype", default="auto",
                    help="auto (default: the fastest for the method per the device profile), bf16, fp16 or fp32")

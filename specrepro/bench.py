@@ -181,6 +181,7 @@ class BenchConfig:
     online_steps: int = 1
     online_lr: float = 1e-4
     online_divergence: str = "fkl"
+    online_examples: str = "steps"
     quality: bool = True  # score every record: perplexity under the target, ROUGE-L against the references
     repeats: int = 1
     seed: int = 0  # base seed; repeat r uses seed + r

@@ -62,6 +62,7 @@ class MethodParams:
     online_steps: int = 1  # optimiser steps per update
     online_lr: float = 1e-4  # AdamW learning rate of the draft
     online_divergence: str = "fkl"  # fkl | rkl | jsd | tvd (specrepro.distill.DIVERGENCES)
+    online_examples: str = "steps"  # steps (each verification step re-run over its context) | sequences (one each)
 
     def __post_init__(self) -> None:
         def whole(x) -> bool:
@@ -88,6 +89,8 @@ class MethodParams:
                 raise ValueError(f"{name} ({what}) must be an integer >= 1, got {getattr(self, name)!r}")
         if not (isinstance(self.online_lr, (int, float)) and math.isfinite(self.online_lr) and self.online_lr > 0):
             raise ValueError(f"online_lr must be a finite number > 0, got {self.online_lr!r}")
+        if self.online_examples not in ("steps", "sequences"):
+            raise ValueError(f"online_examples must be steps or sequences, got {self.online_examples!r}")
         if self.online_divergence not in ONLINE_DIVERGENCES:
             raise ValueError(f"online_divergence must be one of {', '.join(ONLINE_DIVERGENCES)}, "
                              f"got {self.online_divergence!r}")

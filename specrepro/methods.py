@@ -173,7 +173,8 @@ def _online(model, config: DecodeConfig) -> Drafter:
     from .training.online import OnlineConfig
     p = config.params
     online = OnlineConfig(buffer_size=p.online_buffer, update_every=p.online_every, steps_per_update=p.online_steps,
-                          lr=p.online_lr, divergence=p.online_divergence, seed=config.seed)
+                          lr=p.online_lr, divergence=p.online_divergence, examples=p.online_examples,
+                          seed=config.seed)
     return OnlineDrafter(copy.deepcopy(model).float(), online)
 
 

@@ -10,6 +10,7 @@ test); bad settings and an empty stream get one clear error.
 from __future__ import annotations
 
 import copy
+import dataclasses
 
 import numpy as np
 import pytest
@@ -23,7 +24,7 @@ from specrepro.drafters import LMDrafter, Proposal
 from specrepro.drafters.online import OnlineDrafter
 from specrepro.models import tiny_model
 from specrepro.speculative import speculative_generate
-from specrepro.training.online import OnlineBuffer, OnlineConfig, OnlineSample, serve_stream
+from specrepro.training.online import OnlineBuffer, OnlineConfig, OnlineSample, SequenceSample, serve_stream
 from specrepro.warping import warp
 from test_drafters import FALSE_ALARM, PROMPT, V, chi2_pvalue, exact_first_two
 
@@ -52,14 +53,16 @@ def state(model) -> dict:
 
 @pytest.mark.parametrize("field, value", [("update_every", 0), ("buffer_size", 0), ("steps_per_update", 0),
                                           ("lr", 0.0), ("lr", -1e-3), ("lr", float("nan")), ("top_k", 0),
-                                          ("batch_size", 0), ("max_grad_norm", 0.0), ("divergence", "kl")])
+                                          ("batch_size", 0), ("max_grad_norm", 0.0), ("divergence", "kl"),
+                                          ("examples", "tokens")])
 def test_config_rejects_bad_values(field, value):
     with pytest.raises(ValueError, match=field):
         OnlineConfig(**{field: value})
 
 
 @pytest.mark.parametrize("field, value", [("online_every", 0), ("online_buffer", 0), ("online_steps", 0),
-                                          ("online_lr", 0.0), ("online_lr", float("inf")), ("online_divergence", "kl")])
+                                          ("online_lr", 0.0), ("online_lr", float("inf")), ("online_divergence", "kl"),
+                                          ("online_examples", "tokens")])
 def test_method_params_reject_bad_online_values(field, value):
     with pytest.raises(ValueError, match=field):
         MethodParams(**{field: value})
@@ -77,12 +80,12 @@ def test_the_online_flags_reach_the_drafter(pair):
     parser = argparse.ArgumentParser()
     add_decode_args(parser)
     args = parser.parse_args(["--online-buffer", "7", "--online-every", "2", "--online-steps", "3",
-                              "--online-lr", "3e-4", "--online-divergence", "jsd"])
+                              "--online-lr", "3e-4", "--online-divergence", "jsd", "--online-examples", "sequences"])
     config = DecodeConfig(method="online", seed=5, params=params_from(args))
     target, draft = pair
     drafter = drafter_for(LoadedModel("tiny-draft", draft, None), "online", target, config)
     assert drafter.learner.config == OnlineConfig(buffer_size=7, update_every=2, steps_per_update=3, lr=3e-4,
-                                                  divergence="jsd", seed=5)
+                                                  divergence="jsd", examples="sequences", seed=5)
     assert drafter.learner.model is not draft
 
 
@@ -141,6 +144,43 @@ def test_the_drafter_keeps_at_most_buffer_size_steps(pair):
     assert len(drafter.learner.buffer) == 2 and len(rec.accept_lengths) > 2
     newest = list(dict.fromkeys(contexts))  # a last step with no budget to draft adds no sample
     assert [s.context for s in drafter.learner.buffer.samples] == newest[-2:]  # the two newest steps
+
+
+def test_a_sequence_example_holds_each_steps_rows_where_they_lie_on_the_committed_text(pair):
+    """examples = "sequences": one served sequence is one example; every row it keeps is the row the step saw at
+    that position (conditioned on the committed prefix), and no row past a step's first rejection is kept."""
+    target, draft = pair
+    drafter = online(draft, OnlineConfig(update_every=100, examples="sequences"))
+    steps = []  # (sample, accepted) as the drafter saw them
+    drafter_feedback = drafter.feedback
+
+    def spy(step):
+        pending = drafter._pending
+        drafter_feedback(step)
+        if pending is not None:
+            steps.append((drafter._steps[-1][0], len(step.path)))
+    drafter.feedback = spy
+    rec = speculative_generate(target, drafter, PROMPTS[1], DecodeConfig(max_new_tokens=20, gamma=3,
+                                                                        sampling=SamplingConfig(temperature=1.0)))
+    assert len(drafter.learner.buffer) == 0  # nothing recorded until the sequence ends
+    drafter.end_sequence()
+    (merged,) = drafter.learner.buffer.samples
+    ids = PROMPTS[1] + rec.token_ids
+    assert isinstance(merged, SequenceSample) and list(merged.tokens) == ids
+    expected = {}
+    for sample, accepted in steps:
+        for i in range(min(accepted + 1, len(sample.tokens), len(ids) - len(sample.context))):
+            expected[len(sample.context) + i] = sample.top_probs[i]
+            if i < accepted:
+                assert ids[len(sample.context) + i] == sample.tokens[i]  # accepted draft tokens are the text
+    assert merged.positions.tolist() == sorted(expected)
+    for r, n in enumerate(merged.positions.tolist()):
+        assert torch.equal(merged.top_probs[r], expected[n])
+    assert merged.rows < sum(s.rows for s, _ in steps)  # rejected branches are left out
+    ex = merged.to_example()
+    assert ex.has_row.nonzero().flatten().tolist() == merged.positions.tolist()
+    with pytest.raises(ValueError, match="prefix"):
+        SequenceSample.from_steps([9] + ids[1:], steps)
 
 
 # --------------------------------------------------------------------------------------------- updates
@@ -205,13 +245,14 @@ def test_a_reduced_vocabulary_draft_learns_online_and_stays_exact(pair):
 # ------------------------------------------------------------------------------------ the effect: α rises
 
 
-def test_alpha_rises_over_a_repeated_stream_against_the_frozen_draft(pair):
+@pytest.mark.parametrize("examples", ["steps", "sequences"])
+def test_alpha_rises_over_a_repeated_stream_against_the_frozen_draft(pair, examples):
     target, draft = pair
     stream = PROMPTS * 4
     config = DecodeConfig(max_new_tokens=12, gamma=3, sampling=SamplingConfig(temperature=1.0), seed=5)
     frozen = serve_stream(target, LMDrafter(copy.deepcopy(draft)), stream, config)
     learnt = serve_stream(target, online(draft, OnlineConfig(buffer_size=64, update_every=1, steps_per_update=4,
-                                                             lr=1e-2)), stream, config)
+                                                             lr=1e-2, examples=examples)), stream, config)
     assert frozen.updates == 0 and learnt.updates == len(stream)
     assert learnt.sequences[0].alpha == frozen.sequences[0].alpha  # same draft and uniforms before any update
 
@@ -223,9 +264,10 @@ def test_alpha_rises_over_a_repeated_stream_against_the_frozen_draft(pair):
 # ------------------------------------------------------------------------------------------- exactness
 
 
-def test_greedy_output_is_autoregressive_while_the_draft_updates(pair):
+@pytest.mark.parametrize("examples", ["steps", "sequences"])
+def test_greedy_output_is_autoregressive_while_the_draft_updates(pair, examples):
     target, draft = pair
-    drafter = online(draft)
+    drafter = online(draft, dataclasses.replace(FAST, examples=examples))
     config = DecodeConfig(max_new_tokens=16, gamma=3)
     before = state(drafter.learner.model)
     stream = serve_stream(target, drafter, PROMPTS * 2, config)

@@ -15,7 +15,7 @@ from __future__ import annotations
 import torch
 
 from ..config import SamplingConfig
-from ..training.online import OnlineConfig, OnlineLearner, OnlineSample, UpdateReport
+from ..training.online import OnlineConfig, OnlineLearner, OnlineSample, SequenceSample, UpdateReport
 from .base import Drafter, Proposal, StepFeedback
 from .lm import LMDrafter
 
@@ -30,6 +30,9 @@ class OnlineDrafter(Drafter):
         self._weights_seen = self.learner.updates  # the update count the draft cache was built under
         self._pending: tuple[list[int], list[int], SamplingConfig] | None = None  # the last proposal, until feedback
         self._served = False  # a step was verified since the last end of sequence
+        # examples = "sequences": this sequence's steps (sample, tokens accepted) and its committed ids so far
+        self._steps: list[tuple[OnlineSample, int]] = []
+        self._ids: list[int] = []
 
     def propose(self, ids: list[int], gamma: int, sampling: SamplingConfig,
                 generator: torch.Generator) -> Proposal:
@@ -43,13 +46,17 @@ class OnlineDrafter(Drafter):
     def feedback(self, step: StepFeedback) -> None:
         self.chain.feedback(step)
         self._served = True
+        self._ids = list(step.ids)  # the committed sequence so far (a sequence example is this text)
         if self._pending is None:  # the loop took a plain step (no budget left to draft): nothing to learn
             return
         context, tokens, sampling = self._pending
         self._pending = None
         # Rows 0..γ−1 are the target at the draft's positions (row γ follows the last draft token: not one).
-        self.learner.record(OnlineSample.from_step(context, tokens, step.p[: len(tokens)], sampling,
-                                                   self.learner.config.top_k))
+        sample = OnlineSample.from_step(context, tokens, step.p[: len(tokens)], sampling, self.learner.config.top_k)
+        if self.learner.config.examples == "sequences":  # merged into one example when the sequence ends
+            self._steps.append((sample, len(step.path)))
+        else:
+            self.learner.record(sample)
 
     def end_sequence(self) -> UpdateReport | None:
         """Close the sequence being served (once; a no-op when none is open): the learner counts it and, after
@@ -57,6 +64,11 @@ class OnlineDrafter(Drafter):
         if not self._served:
             return None
         self._served = False
+        if self._steps:
+            merged = SequenceSample.from_steps(self._ids, self._steps)
+            if merged.rows:
+                self.learner.record(merged)
+            self._steps, self._ids = [], []
         report = self.learner.end_sequence()
         if report is not None:
             self.chain.reset()

@@ -23,6 +23,13 @@ raw q close to the raw p makes the warped q close to the warped p at every tempe
 greedy acceptance compares with. The full raw rows (outside a top-k/top-p support) would need the loop to pass
 logits in ``StepFeedback``; it does not, and the restricted rows are what serving at that setting needs.
 
+Two kinds of example (``OnlineConfig.examples``). "steps", the blog's buffer: each verification step is trained
+over its own context, so an update re-runs the prompt once per buffered step. "sequences": the steps of one served
+sequence become one example, the committed text with the target's rows at every draft position that lies on it
+(``SequenceSample``: row i of a step conditions on its context + x_<i, which is committed text up to the step's
+first rejection; the rows after a rejection condition on rejected tokens and are left out), so each context runs
+once per update, about as many times cheaper as a sequence has steps.
+
 Exactness: the weights change only between sequences (never inside a proposal, so every q row is the law its
 token was drawn from), and the drafter drops its cache after an update, since its keys came from the old weights.
 """
@@ -59,6 +66,11 @@ class OnlineConfig:
     flush: bool = False  # empty the buffer after each update (the blog's "flushing it every L sequences")
     max_grad_norm: float = 1.0  # gradient clipping in distill.train_step
     seed: int = 0  # the generator that draws minibatches from the buffer
+    # "steps": every verification step is an example of its own, re-run over its whole context (the blog's buffer);
+    # "sequences": the steps of one served sequence become one example, the sequence itself with the target's rows
+    # at every draft position on it (up to each step's first rejection), so a context is run once per update
+    # instead of once per step; the buffer then holds sequences
+    examples: str = "steps"
 
     def __post_init__(self) -> None:
         for name in ("buffer_size", "update_every", "steps_per_update", "top_k"):
@@ -75,6 +87,8 @@ class OnlineConfig:
             raise ValueError(f"divergence must be one of {sorted(DIVERGENCES)}, got {self.divergence!r}")
         if not isinstance(self.seed, int):
             raise ValueError(f"seed must be an integer, got {self.seed!r}")
+        if self.examples not in ("steps", "sequences"):
+            raise ValueError(f"examples must be 'steps' or 'sequences', got {self.examples!r}")
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)
@@ -114,6 +128,10 @@ class OnlineSample:
         return cls(tuple(context), tuple(tokens), top.indices, top.values,
                    (1 - top.values.sum(-1)).clamp(min=0))
 
+    @property
+    def rows(self) -> int:
+        return len(self.tokens)
+
     def to_example(self) -> Example:
         """As ``specrepro.distill``'s data: tokens = context + x_0..x_{γ−1}, a teacher row for each x_i."""
         n0, g, k = len(self.context), len(self.tokens), self.top_ids.shape[-1]
@@ -125,15 +143,61 @@ class OnlineSample:
         return ex
 
 
+@dataclass(frozen=True)
+class SequenceSample:
+    """One served sequence as training data: its committed tokens and the target's rows at the R draft positions
+    that lie on it (``OnlineConfig.examples = "sequences"``)."""
+
+    tokens: tuple[int, ...]  # [L] the committed sequence, prompt included
+    positions: torch.Tensor  # [R] long: row r is the target's law of tokens[positions[r]] given tokens[:positions[r]]
+    top_ids: torch.Tensor  # [R, K] long
+    top_probs: torch.Tensor  # [R, K] float32
+    tail: torch.Tensor  # [R] float32
+
+    @classmethod
+    def from_steps(cls, ids: list[int], steps: list[tuple[OnlineSample, int]]) -> "SequenceSample":
+        """Merge a sequence's verification steps (sample, draft tokens accepted) given its committed ``ids``.
+
+        Row i of a step whose context has n0 tokens conditions on context + x_<i; that prefix is on the committed
+        sequence while x_<i were all accepted, i.e. for i <= accepted (row ``accepted`` is the first rejected
+        position, whose committed token is the residual's). Rows after a rejection condition on rejected tokens
+        and are left out; so are rows at or past the end of ``ids``."""
+        keep: dict[int, tuple[torch.Tensor, torch.Tensor, torch.Tensor]] = {}
+        for sample, accepted in steps:
+            n0 = len(sample.context)
+            if tuple(ids[:n0]) != sample.context:
+                raise ValueError("a step's context is not a prefix of the committed sequence")
+            for i in range(min(accepted + 1, len(sample.tokens), len(ids) - n0)):
+                keep[n0 + i] = (sample.top_ids[i], sample.top_probs[i], sample.tail[i])
+        order = sorted(keep)
+        k = steps[0][0].top_ids.shape[-1] if steps else 1
+        stack = (lambda j, shape: torch.stack([keep[n][j] for n in order]) if order else torch.zeros(shape))
+        return cls(tuple(ids), torch.tensor(order, dtype=torch.long), stack(0, (0, k)).long(),
+                   stack(1, (0, k)).float(), stack(2, (0,)).float())
+
+    @property
+    def rows(self) -> int:
+        return int(self.positions.numel())
+
+    def to_example(self) -> Example:
+        L, k = len(self.tokens), self.top_ids.shape[-1]
+        ex = Example(torch.tensor(self.tokens), torch.zeros(L, dtype=torch.bool), torch.zeros(L, k, dtype=torch.long),
+                     torch.zeros(L, k), torch.zeros(L))
+        ex.has_row[self.positions] = True
+        ex.top_ids[self.positions], ex.top_probs[self.positions], ex.tail[self.positions] = (
+            self.top_ids, self.top_probs, self.tail)
+        return ex
+
+
 class OnlineBuffer:
     """The last ``size`` samples, first in first out."""
 
     def __init__(self, size: int):
         if not isinstance(size, int) or size < 1:
             raise ValueError(f"the buffer size must be an integer >= 1, got {size!r}")
-        self.samples: deque[OnlineSample] = deque(maxlen=size)
+        self.samples: deque[OnlineSample | SequenceSample] = deque(maxlen=size)
 
-    def add(self, sample: OnlineSample) -> None:
+    def add(self, sample: OnlineSample | SequenceSample) -> None:
         self.samples.append(sample)  # a full deque drops its oldest item
 
     def clear(self) -> None:
@@ -145,7 +209,7 @@ class OnlineBuffer:
     @property
     def rows(self) -> int:
         """Target rows held: one per draft position."""
-        return sum(len(s.tokens) for s in self.samples)
+        return sum(s.rows for s in self.samples)
 
 
 # ---------------------------------------------------------------------------------------- the update
@@ -211,7 +275,7 @@ class OnlineLearner:
         """Updates so far; a drafter compares it with the count its cache was built under."""
         return len(self.reports)
 
-    def record(self, sample: OnlineSample) -> None:
+    def record(self, sample: OnlineSample | SequenceSample) -> None:
         self.buffer.add(sample)
 
     def end_sequence(self) -> UpdateReport | None:
