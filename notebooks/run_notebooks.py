@@ -64,19 +64,34 @@ def check_kernel() -> None:
                          f"{sys.executable}; install ipykernel in this environment")
 
 
-def run_one(notebook: Path, parameters: dict) -> str | None:
-    """Execute one notebook; None on success, else a one-line description of the failure."""
+# Notebooks that also run with other parameters: stem -> {variant: parameters}. A variant's executed copy is
+# executed/<stem>-<variant>.ipynb; the notebook itself writes its figures to a folder of their own.
+VARIANTS: dict[str, dict[str, dict]] = {
+    "online_speculative_stream": {"sequences": {"examples": "sequences"}},  # online updates on whole sequences
+}
+
+
+def runs_of(notebook: Path) -> list[tuple[str, dict]]:
+    """(executed name, extra parameters) of each run of ``notebook``: itself, then its variants."""
+    return [(notebook.stem, {})] + [(f"{notebook.stem}-{variant}", extra)
+                                    for variant, extra in VARIANTS.get(notebook.stem, {}).items()]
+
+
+def run_one(notebook: Path, parameters: dict, name: str | None = None) -> str | None:
+    """Execute one notebook into executed/<name>.ipynb (default: its own name); None on success, else a one-line
+    description of the failure."""
     import papermill as pm
     from papermill.exceptions import PapermillExecutionError
 
     EXECUTED.mkdir(parents=True, exist_ok=True)
-    final = EXECUTED / notebook.name
-    partial = EXECUTED / f".{notebook.stem}.partial.ipynb"
+    name = name or notebook.stem
+    final = EXECUTED / f"{name}.ipynb"
+    partial = EXECUTED / f".{name}.partial.ipynb"
     try:
         pm.execute_notebook(str(notebook), str(partial), parameters=parameters,
                             kernel_name=KERNEL, cwd=str(ROOT), progress_bar=False)
     except PapermillExecutionError as error:
-        kept = Path(tempfile.gettempdir()) / f"{notebook.stem}.failed.ipynb"
+        kept = Path(tempfile.gettempdir()) / f"{name}.failed.ipynb"
         if partial.exists():
             shutil.move(partial, kept)
         return (f"{notebook.name}: cell [{error.cell_index}] of the executed copy (execution count "
@@ -110,17 +125,18 @@ def main(argv: list[str] | None = None) -> int:
         parameters["seed"] = args.seed
 
     failures = []
-    for i, notebook in enumerate(notebooks, 1):
-        print(f"[{i}/{len(notebooks)}] {notebook.name} (profile={args.profile}) ...", flush=True)
+    jobs = [(notebook, name, extra) for notebook in notebooks for name, extra in runs_of(notebook)]
+    for i, (notebook, name, extra) in enumerate(jobs, 1):
+        print(f"[{i}/{len(jobs)}] {name} (profile={args.profile}{''.join(f', {k}={v}' for k, v in extra.items())})"
+              " ...", flush=True)
         start = time.perf_counter()
-        failure = run_one(notebook, parameters)
+        failure = run_one(notebook, {**parameters, **extra}, name)
         elapsed = time.perf_counter() - start
         if failure:
             failures.append(failure)
             print(f"    FAILED after {elapsed:.1f} s: {failure}", flush=True)
         else:
-            print(f"    ok in {elapsed:.1f} s -> {(EXECUTED / notebook.name).relative_to(ROOT)}",
-                  flush=True)
+            print(f"    ok in {elapsed:.1f} s -> {(EXECUTED / f'{name}.ipynb').relative_to(ROOT)}", flush=True)
 
     FIGURES.mkdir(exist_ok=True)
     md, _ = write_index(FIGURES)
@@ -130,7 +146,7 @@ def main(argv: list[str] | None = None) -> int:
         for failure in failures:
             print(f"  {failure}", file=sys.stderr)
         return 1
-    print(f"all {len(notebooks)} notebook(s) ran", flush=True)
+    print(f"all {len(jobs)} notebook run(s) done", flush=True)
     return 0
 
 
