@@ -343,6 +343,19 @@ class Example:
     top_probs: torch.Tensor  # [L, K] float
     tail: torch.Tensor  # [L] float
 
+    @classmethod
+    def with_rows(cls, tokens: list[int] | tuple[int, ...], positions: slice | torch.Tensor, top_ids: torch.Tensor,
+                  top_probs: torch.Tensor, tail: torch.Tensor | None = None) -> "Example":
+        """Tokens [L] with teacher rows [R, K] for the tokens at ``positions`` (a slice, or [R] indices) and none
+        elsewhere; ``tail`` [R] defaults to 1 − Σ top_probs."""
+        L, K = len(tokens), top_ids.shape[-1]
+        ex = cls(torch.tensor(tokens), torch.zeros(L, dtype=torch.bool), torch.zeros(L, K, dtype=torch.long),
+                 torch.zeros(L, K), torch.zeros(L))
+        ex.has_row[positions] = True
+        ex.top_ids[positions], ex.top_probs[positions] = top_ids.long(), top_probs.float()
+        ex.tail[positions] = tail if tail is not None else (1 - top_probs.float().sum(-1)).clamp(min=0)
+        return ex
+
 
 def load_data(data_dir: Path, cfg: DistillConfig) -> list[Example]:
     seqs = []

@@ -46,7 +46,8 @@ class OnlineDrafter(Drafter):
     def feedback(self, step: StepFeedback) -> None:
         self.chain.feedback(step)
         self._served = True
-        self._ids = list(step.ids)  # the committed sequence so far (a sequence example is this text)
+        if self.learner.config.examples == "sequences":
+            self._ids = list(step.ids)  # the committed sequence so far (the sequence example is this text)
         if self._pending is None:  # the loop took a plain step (no budget left to draft): nothing to learn
             return
         context, tokens, sampling = self._pending

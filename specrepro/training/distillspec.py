@@ -153,23 +153,13 @@ def teacher_examples(target: torch.nn.Module, pairs: list[tuple[list[int], list[
         width = max(map(len, seqs))
         ids = torch.tensor([s + [0] * (width - len(s)) for s in seqs])  # [b, L]
         with torch.inference_mode():
-            probs = target(input_ids=ids).logits.float().softmax(-1)  # [b, L, V]
+            logits = target(input_ids=ids).logits  # [b, L, V]
         for b, ((x, y), s) in enumerate(zip(part, seqs)):
             n0, n = len(x), len(s)
-            top = torch.topk(probs[b, n0 - 1: n - 1], top_k, dim=-1)  # rows predicting y_0..y_{m-1}: [m, K]
-            examples.append(_example(s, n0, top.indices, top.values))
+            rows = logits[b, n0 - 1: n - 1].float().softmax(-1)  # rows predicting y_0..y_{m-1}: [m, V]
+            top = torch.topk(rows, top_k, dim=-1)  # [m, K]
+            examples.append(Example.with_rows(s, slice(n0, None), top.indices, top.values))
     return examples
-
-
-def _example(tokens: list[int], n0: int, top_ids: torch.Tensor, top_probs: torch.Tensor) -> Example:
-    """An ``Example`` of tokens [L] with teacher rows [m, K] for tokens n0..L-1 (the output)."""
-    L, K = len(tokens), top_ids.shape[-1]
-    ex = Example(torch.tensor(tokens), torch.zeros(L, dtype=torch.bool), torch.zeros(L, K, dtype=torch.long),
-                 torch.zeros(L, K), torch.zeros(L))
-    ex.has_row[n0:] = True
-    ex.top_ids[n0:], ex.top_probs[n0:] = top_ids.long(), top_probs.float()
-    ex.tail[n0:] = (1 - top_probs.float().sum(-1)).clamp(min=0)
-    return ex
 
 
 def target_samples(target: torch.nn.Module, prompts: list[list[int]], cfg: StudyConfig, stop: int, seed: int,
@@ -181,7 +171,7 @@ def target_samples(target: torch.nn.Module, prompts: list[list[int]], cfg: Study
         part = prompts[i: i + chunk]
         for x, (new, ids, probs) in zip(part, generate_with_rows(target, part, cfg.max_new, cfg.sample_temperature,
                                                                  stop, cfg.top_k)):
-            out.append(_example(list(x) + new, len(x), ids, probs))
+            out.append(Example.with_rows(list(x) + new, slice(len(x), None), ids, probs))
     return out
 
 

@@ -134,13 +134,8 @@ class OnlineSample:
 
     def to_example(self) -> Example:
         """As ``specrepro.distill``'s data: tokens = context + x_0..x_{γ−1}, a teacher row for each x_i."""
-        n0, g, k = len(self.context), len(self.tokens), self.top_ids.shape[-1]
-        L = n0 + g
-        ex = Example(torch.tensor(self.context + self.tokens), torch.zeros(L, dtype=torch.bool),
-                     torch.zeros(L, k, dtype=torch.long), torch.zeros(L, k), torch.zeros(L))
-        ex.has_row[n0:] = True
-        ex.top_ids[n0:], ex.top_probs[n0:], ex.tail[n0:] = self.top_ids, self.top_probs, self.tail
-        return ex
+        return Example.with_rows(self.context + self.tokens, slice(len(self.context), None), self.top_ids,
+                                 self.top_probs, self.tail)
 
 
 @dataclass(frozen=True)
@@ -162,31 +157,26 @@ class SequenceSample:
         sequence while x_<i were all accepted, i.e. for i <= accepted (row ``accepted`` is the first rejected
         position, whose committed token is the residual's). Rows after a rejection condition on rejected tokens
         and are left out; so are rows at or past the end of ``ids``."""
-        keep: dict[int, tuple[torch.Tensor, torch.Tensor, torch.Tensor]] = {}
-        for sample, accepted in steps:
+        k = steps[0][0].top_ids.shape[-1] if steps else 1
+        positions: list[int] = []
+        rows = [(torch.zeros(0, k, dtype=torch.long), torch.zeros(0, k), torch.zeros(0))]  # (ids, probs, tail)
+        for sample, accepted in steps:  # contexts grow step by step, so positions come out increasing
             n0 = len(sample.context)
             if tuple(ids[:n0]) != sample.context:
                 raise ValueError("a step's context is not a prefix of the committed sequence")
-            for i in range(min(accepted + 1, len(sample.tokens), len(ids) - n0)):
-                keep[n0 + i] = (sample.top_ids[i], sample.top_probs[i], sample.tail[i])
-        order = sorted(keep)
-        k = steps[0][0].top_ids.shape[-1] if steps else 1
-        stack = (lambda j, shape: torch.stack([keep[n][j] for n in order]) if order else torch.zeros(shape))
-        return cls(tuple(ids), torch.tensor(order, dtype=torch.long), stack(0, (0, k)).long(),
-                   stack(1, (0, k)).float(), stack(2, (0,)).float())
+            m = max(0, min(accepted + 1, len(sample.tokens), len(ids) - n0))
+            positions += range(n0, n0 + m)
+            rows.append((sample.top_ids[:m], sample.top_probs[:m], sample.tail[:m]))
+        top_ids, top_probs, tail = (torch.cat(parts) for parts in zip(*rows))
+        return cls(tuple(ids), torch.tensor(positions, dtype=torch.long), top_ids.long(), top_probs.float(),
+                   tail.float())
 
     @property
     def rows(self) -> int:
         return int(self.positions.numel())
 
     def to_example(self) -> Example:
-        L, k = len(self.tokens), self.top_ids.shape[-1]
-        ex = Example(torch.tensor(self.tokens), torch.zeros(L, dtype=torch.bool), torch.zeros(L, k, dtype=torch.long),
-                     torch.zeros(L, k), torch.zeros(L))
-        ex.has_row[self.positions] = True
-        ex.top_ids[self.positions], ex.top_probs[self.positions], ex.tail[self.positions] = (
-            self.top_ids, self.top_probs, self.tail)
-        return ex
+        return Example.with_rows(self.tokens, self.positions, self.top_ids, self.top_probs, self.tail)
 
 
 class OnlineBuffer:
