@@ -2,10 +2,30 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import sys
 
-from .config import ACCEPTANCE_RULES, ONLINE_DIVERGENCES, PRESETS, DecodeConfig, MethodParams, SamplingConfig
+from .config import ACCEPTANCE_RULES, ONLINE_DIVERGENCES, ONLINE_EXAMPLES, PRESETS, DecodeConfig, MethodParams, SamplingConfig
+
+
+# The help (and choices) of each MethodParams field's flag.
+METHOD_FLAG_HELP: dict[str, tuple[str, tuple[str, ...] | None]] = {
+    "num_beams": ("mjsd: beams of the draft's beam sampling; mjgd: beams of the target's beam search", None),
+    "tau": ("mjsd: a prefix passes when min(1, p(x_1:j)/q(x_1:j)) > tau, tau in [0, 1]", None),
+    "fallback_threshold": ("bild: the draft stops where its max probability falls below this (τ1)", None),
+    "rollback_threshold": ("bild: roll back from the first token with −log p(x) above this (τ2, nats)", None),
+    "num_drafts": ("spectr, multi-draft: i.i.d. draft sequences verified together (m)", None),
+    "kl_bound": ("mentored: D, the bound on KL(target ‖ resulting distribution) per token (0: exact)", None),
+    "online_buffer": ("online: verification steps (with the target's rows) kept in the FIFO buffer", None),
+    "online_every": ("online: L, one update of the draft after every L served sequences", None),
+    "online_steps": ("online: optimiser steps per update", None),
+    "online_lr": ("online: the draft's learning rate", None),
+    "online_divergence": ("online: the distillation loss of the updates (DistillSpec's fkl, rkl, jsd, tvd)",
+                          ONLINE_DIVERGENCES),
+    "online_examples": ("online: train each verification step over its own context (steps), or each served sequence "
+                        "once with the target's rows on it (sequences: far cheaper updates)", ONLINE_EXAMPLES),
+}
 
 
 def add_decode_args(p: argparse.ArgumentParser) -> None:
@@ -26,30 +46,11 @@ def add_decode_args(p: argparse.ArgumentParser) -> None:
                    help="verification rule: exact (lossless, default), greedy (T = 0 only) or typical "
                         "(Medusa's typical acceptance: LOSSY, faster at T > 0)")
     defaults = MethodParams()
-    p.add_argument("--num-beams", type=int, default=defaults.num_beams,
-                   help="mjsd: beams of the draft's beam sampling; mjgd: beams of the target's beam search")
-    p.add_argument("--tau", type=float, default=defaults.tau,
-                   help="mjsd: a prefix passes when min(1, p(x_1:j)/q(x_1:j)) > tau, tau in [0, 1]")
-    p.add_argument("--fallback-threshold", type=float, default=defaults.fallback_threshold,
-                   help="bild: the draft stops where its max probability falls below this (τ1)")
-    p.add_argument("--rollback-threshold", type=float, default=defaults.rollback_threshold,
-                   help="bild: roll back from the first token with −log p(x) above this (τ2, nats)")
-    p.add_argument("--num-drafts", type=int, default=defaults.num_drafts,
-                   help="spectr, multi-draft: i.i.d. draft sequences verified together (m)")
-    p.add_argument("--kl-bound", type=float, default=defaults.kl_bound,
-                   help="mentored: D, the bound on KL(target ‖ resulting distribution) per token (0: exact)")
-    p.add_argument("--online-buffer", type=int, default=defaults.online_buffer,
-                   help="online: verification steps (with the target's rows) kept in the FIFO buffer")
-    p.add_argument("--online-every", type=int, default=defaults.online_every,
-                   help="online: L, one update of the draft after every L served sequences")
-    p.add_argument("--online-steps", type=int, default=defaults.online_steps,
-                   help="online: optimiser steps per update")
-    p.add_argument("--online-lr", type=float, default=defaults.online_lr, help="online: the draft's learning rate")
-    p.add_argument("--online-divergence", default=defaults.online_divergence, choices=ONLINE_DIVERGENCES,
-                   help="online: the distillation loss of the updates (DistillSpec's fkl, rkl, jsd, tvd)")
-    p.add_argument("--online-examples", default=defaults.online_examples, choices=("steps", "sequences"),
-                   help="online: train each verification step over its own context (steps), or each served "
-                        "sequence once with the target's rows on it (sequences: far cheaper updates)")
+    for field in dataclasses.fields(MethodParams):  # one flag per field, of its name (params_from reads them back)
+        text, choices = METHOD_FLAG_HELP[field.name]
+        value = getattr(defaults, field.name)
+        p.add_argument(f"--{field.name.replace('_', '-')}", type=type(value), default=value, choices=choices,
+                       help=text)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--dtype", default="auto",
                    help="auto (default: the fastest for the method per the device profile), bf16, fp16 or fp32")
@@ -70,7 +71,6 @@ def sampling_from(args: argparse.Namespace) -> SamplingConfig:
 
 def params_from(args: argparse.Namespace) -> MethodParams:
     """The method parameters given on the command line (each ``MethodParams`` field has a flag of its name)."""
-    import dataclasses
     return MethodParams(**{f.name: getattr(args, f.name) for f in dataclasses.fields(MethodParams)})
 
 

@@ -16,6 +16,8 @@ from dataclasses import dataclass
 ACCEPTANCE_RULES = ("exact", "greedy", "typical", "spectr", "mjsd", "bild", "mentored")
 # the names of specrepro.distill.DIVERGENCES (DistillSpec's losses), for the online draft's updates
 ONLINE_DIVERGENCES = ("fkl", "rkl", "jsd", "tvd")
+# what an online update trains on (training.online.OnlineConfig.examples)
+ONLINE_EXAMPLES = ("steps", "sequences")
 
 
 @dataclass(frozen=True)
@@ -89,8 +91,9 @@ class MethodParams:
                 raise ValueError(f"{name} ({what}) must be an integer >= 1, got {getattr(self, name)!r}")
         if not (isinstance(self.online_lr, (int, float)) and math.isfinite(self.online_lr) and self.online_lr > 0):
             raise ValueError(f"online_lr must be a finite number > 0, got {self.online_lr!r}")
-        if self.online_examples not in ("steps", "sequences"):
-            raise ValueError(f"online_examples must be steps or sequences, got {self.online_examples!r}")
+        if self.online_examples not in ONLINE_EXAMPLES:
+            raise ValueError(f"online_examples must be one of {', '.join(ONLINE_EXAMPLES)}, "
+                             f"got {self.online_examples!r}")
         if self.online_divergence not in ONLINE_DIVERGENCES:
             raise ValueError(f"online_divergence must be one of {', '.join(ONLINE_DIVERGENCES)}, "
                              f"got {self.online_divergence!r}")

@@ -193,12 +193,14 @@ def chi2_pvalue(counts: np.ndarray, expected_p: np.ndarray) -> float:
     return stats.chisquare(observed, expected).pvalue
 
 
-def first_two_counts(target, drafter, sampling, rule=TREE_RULES["exact"], runs=RUNS) -> np.ndarray:
+def first_two_counts(target, drafter, sampling, rule=TREE_RULES["exact"], runs=RUNS, prompt=PROMPT,
+                     on_step=None) -> np.ndarray:
+    """Counts of the first two emitted tokens over ``runs`` seeds (``on_step``: the loop's per-step check)."""
     counts = np.zeros((V, V), dtype=np.int64)
     for seed in range(runs):
         # max_new_tokens 3 with γ = 2: the first step drafts two tokens, so both positions are tested.
         cfg = DecodeConfig(max_new_tokens=3, gamma=2, sampling=sampling, seed=seed, stop_at_eos=False)
-        out = speculative_generate(target, drafter, PROMPT, cfg, rule=rule).token_ids
+        out = speculative_generate(target, drafter, prompt, cfg, rule=rule, on_step=on_step).token_ids
         counts[out[0], out[1]] += 1
     return counts
 

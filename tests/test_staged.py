@@ -25,7 +25,7 @@ from specrepro.drafters.staged import FROM_DRAFT, FROM_INNER, FROM_LOOKUP, FROM_
 from specrepro.models import tiny_model
 from specrepro.speculative import speculative_generate
 from specrepro.warping import one_hot, sample, warp
-from test_drafters import FALSE_ALARM, PROMPT, V, chi2_pvalue, exact_first_two
+from test_drafters import FALSE_ALARM, PROMPT, V, chi2_pvalue, exact_first_two, first_two_counts
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 CHAIN_RUNS = 600  # proposals per χ² test of the chain
@@ -150,14 +150,9 @@ def test_greedy_decoding_equals_autoregressive(tiny_pair_64, name):
             assert len(drafter.committed_sources) == len(rec.token_ids)
 
 
-def loop_first_two(target, drafter, prompt: list[int], runs: int = LOOP_RUNS) -> np.ndarray:
+def loop_first_two(target, drafter, prompt: list[int]) -> np.ndarray:
     """Counts of the first two emitted tokens at T = 1 (γ = 2: the first step drafts both), caches checked."""
-    counts = np.zeros((V, V), dtype=np.int64)
-    for seed in range(runs):
-        cfg = DecodeConfig(max_new_tokens=3, gamma=2, sampling=T1, seed=seed, stop_at_eos=False)
-        out = speculative_generate(target, drafter, prompt, cfg, on_step=check_caches).token_ids
-        counts[out[0], out[1]] += 1
-    return counts
+    return first_two_counts(target, drafter, T1, runs=LOOP_RUNS, prompt=prompt, on_step=check_caches)
 
 
 @pytest.mark.parametrize("name, prompt", [("staged-lookup", PROMPT), ("staged-bigram", PROMPT),

@@ -43,7 +43,7 @@ from dataclasses import dataclass, field
 import torch
 
 from ..acceptance import TREE_RULES, TreeRule
-from ..config import DecodeConfig, SamplingConfig
+from ..config import ONLINE_EXAMPLES, DecodeConfig, SamplingConfig
 from ..decoding import Clock, model_device
 from ..distill import DIVERGENCES, DistillBatch, Example, collate, train_step
 from ..draft_model import ReducedVocabDraft
@@ -87,8 +87,8 @@ class OnlineConfig:
             raise ValueError(f"divergence must be one of {sorted(DIVERGENCES)}, got {self.divergence!r}")
         if not isinstance(self.seed, int):
             raise ValueError(f"seed must be an integer, got {self.seed!r}")
-        if self.examples not in ("steps", "sequences"):
-            raise ValueError(f"examples must be 'steps' or 'sequences', got {self.examples!r}")
+        if self.examples not in ONLINE_EXAMPLES:
+            raise ValueError(f"examples must be one of {', '.join(ONLINE_EXAMPLES)}, got {self.examples!r}")
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)
