@@ -1,0 +1,96 @@
+"""Where resumable work lives: ``$SPECREPRO_CACHE/runs/<name>-<key>/``, outside the repository.
+
+A notebook's bench records, training cells and grids are worth resuming after an interruption, but never from a
+folder that another configuration or another version of the code wrote. So a run's folder is named by a *key*: the
+SHA-256 of the full configuration (any JSON-able value: dataclasses, dicts, lists of prompt ids) and of the code that
+produces it (every file of the installed ``specrepro`` package, sources and shipped zoo weights alike, plus any extra
+file the caller names, such as the notebook itself). A matching key resumes; anything else is a new folder, so a stale
+run can never block or leak into a new one. What a notebook writes under ``figures/`` is a result and is never read
+back.
+
+Hand-written rather than ``joblib.Memory``: a run folder fills up record by record while the run goes on (that is
+what makes it resumable), whereas a memoised function only stores its return value once it has finished.
+
+    folder = run_dir("mentored_speed_quality", config, [p.id for p in prompts], code=[notebook_path])
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import hashlib
+import json
+import os
+from pathlib import Path
+from typing import Any, Iterable
+
+PACKAGE = Path(__file__).resolve().parent
+
+
+def cache_root() -> Path:
+    """``$SPECREPRO_CACHE`` (default ``~/.cache/specrepro``): prepared models and ``runs/``."""
+    return Path(os.environ.get("SPECREPRO_CACHE", "~/.cache/specrepro")).expanduser()
+
+
+def _jsonable(value: Any) -> Any:
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return {"__dataclass__": type(value).__name__, **_jsonable(dataclasses.asdict(value))}
+    if isinstance(value, dict):
+        return {str(k): _jsonable(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple, set, frozenset)):
+        items = [_jsonable(v) for v in value]
+        return sorted(items, key=repr) if isinstance(value, (set, frozenset)) else items
+    if isinstance(value, Path):
+        return str(value)
+    if value is None or isinstance(value, (bool, int, float, str)):
+        return value
+    return repr(value)  # a torch.dtype, an enum: its repr names it
+
+
+def config_text(*config: Any) -> str:
+    """The canonical JSON of ``config`` (keys sorted, dataclasses by field): what the key hashes."""
+    return json.dumps(_jsonable(list(config)), sort_keys=True, separators=(",", ":"))
+
+
+def _file_digest(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+@functools.lru_cache(maxsize=None)
+def package_digest() -> str:
+    """SHA-256 over every file of the package (path and content), caches and bytecode excluded."""
+    digest = hashlib.sha256()
+    for path in sorted(PACKAGE.rglob("*")):
+        if path.is_file() and "__pycache__" not in path.parts and path.suffix != ".pyc":
+            digest.update(f"{path.relative_to(PACKAGE)}\0{_file_digest(path)}\0".encode())
+    return digest.hexdigest()
+
+
+def run_key(*config: Any, code: Iterable[Path | str] = ()) -> str:
+    """The key of a run: 16 hex digits of SHA-256(config, package files, ``code`` files)."""
+    digest = hashlib.sha256(config_text(*config).encode())
+    digest.update(package_digest().encode())
+    for path in code:
+        digest.update(_file_digest(Path(path)).encode())
+    return digest.hexdigest()[:16]
+
+
+def run_dir(name: str, *config: Any, code: Iterable[Path | str] = (), root: Path | None = None) -> Path:
+    """The cache folder of a run (created): ``<root or cache_root()>/runs/<name>-<key>/``, with ``key.json`` saying
+    what the key covers. The caller resumes from what it finds there and writes its progress there."""
+    if not name or "/" in name or name.startswith("."):
+        raise ValueError(f"a run name is one plain folder name, got {name!r}")
+    code = [Path(p).resolve() for p in code]
+    folder = (root or cache_root()) / "runs" / f"{name}-{run_key(*config, code=code)}"
+    folder.mkdir(parents=True, exist_ok=True)
+    key_file = folder / "key.json"
+    if not key_file.exists():
+        tmp = key_file.with_suffix(".tmp")
+        tmp.write_text(json.dumps({"name": name, "config": json.loads(config_text(*config)),
+                                   "package_sha256": package_digest(), "code": [str(p) for p in code]}, indent=1))
+        os.replace(tmp, key_file)
+    return folder

@@ -1,0 +1,45 @@
+"""The run cache: a folder per (config, code) key outside the repository; a changed config never resumes an old one."""
+
+from dataclasses import dataclass
+
+import pytest
+
+from specrepro.cache import config_text, run_dir, run_key
+
+
+@dataclass(frozen=True)
+class Config:
+    methods: tuple = ("ar", "speculative")
+    gamma: int = 4
+
+
+def test_same_config_same_folder(tmp_path):
+    a = run_dir("bench", Config(), ["p1", "p2"], root=tmp_path)
+    b = run_dir("bench", Config(), ["p1", "p2"], root=tmp_path)
+    assert a == b and a.parent == tmp_path / "runs" and (a / "key.json").exists()
+
+
+@pytest.mark.parametrize("other", [(Config(gamma=5), ["p1", "p2"]), (Config(), ["p1"]), (Config(), ["p2", "p1"])])
+def test_any_change_is_a_new_folder(tmp_path, other):
+    assert run_dir("bench", Config(), ["p1", "p2"], root=tmp_path) != run_dir("bench", *other, root=tmp_path)
+
+
+def test_code_files_enter_the_key(tmp_path):
+    script = tmp_path / "notebook.ipynb"
+    script.write_text("one")
+    before = run_key(Config(), code=[script])
+    script.write_text("two")
+    assert run_key(Config(), code=[script]) != before
+
+
+def test_a_field_added_to_a_config_changes_the_key():
+    @dataclass(frozen=True)
+    class Grown(Config):
+        threads: int = 1
+
+    assert config_text(Config()) != config_text(Grown())  # the class name and the field both enter
+
+
+def test_bad_name(tmp_path):
+    with pytest.raises(ValueError, match="plain folder name"):
+        run_dir("a/b", Config(), root=tmp_path)
