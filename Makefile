@@ -1,11 +1,16 @@
 # specrepro: two commands do everything on a fresh machine.
 #   make test      create .venv, install, prepare the offline model, run the tests
-#   make figures   the same set-up, then run every notebook with papermill into figures/
+#   make figures   the same set-up, then run every notebook with papermill into figures/ (PROFILE=quick),
+#                  or PROFILE=smoke (tiny settings, into build/smoke/; what CI runs) or PROFILE=full;
+#                  ONLY="stem ..." runs some notebooks, JOBS=n notebooks at a time
 SHELL := /bin/bash
 PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
 PROFILE ?= quick
+ONLY ?=
+JOBS ?=
+BENCH_OUT ?= build/bench/make-bench
 # Pinned first so that pip takes the CPU wheel on a CPU machine (and the CUDA build on a CUDA one)
 # instead of pulling the newest torch with gigabytes of CUDA packages.
 TORCH_PIN ?= torch==2.13.0
@@ -31,13 +36,13 @@ test: venv models
 	$(PY) -m pytest -q tests
 
 figures: venv models
-	$(PY) notebooks/run_notebooks.py --profile $(PROFILE)
+	$(PY) notebooks/run_notebooks.py --profile $(PROFILE) $(if $(ONLY),--only $(ONLY)) $(if $(JOBS),--jobs $(JOBS))
 
 bench: venv models
 	$(PY) -m specrepro bench \
 	  --methods ar,speculative,speculative:gauto,prompt-lookup,prompt-lookup:gauto,medusa,ppd,hf-assisted,hf-prompt-lookup \
 	  --target smollm2-135m-instruct --draft smollm2-135m-draft --suite mixed \
-	  --max-new-tokens 64 --temperature 0 --gamma 4 --dtype auto --repeats 1 --out figures/bench/make-bench
+	  --max-new-tokens 64 --temperature 0 --gamma 4 --dtype auto --repeats 1 --out $(BENCH_OUT)
 
 lab: venv
 	$(VENV)/bin/jupyter lab --notebook-dir=.

@@ -131,6 +131,28 @@ def collect_index(figures: Path) -> list[dict]:
     return sorted(entries, key=lambda e: e["artifact"])
 
 
+def _timing_lines(path: Path) -> list[str]:
+    """INDEX.md's section on how long each notebook run took, and where (from ``timings.json``)."""
+    try:
+        timings = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return []
+    last = timings.get("last_run", {})
+    box = last.get("machine", {})
+    lines = ["", "## Run times", "",
+             f"Last `run_notebooks.py` call: profile {last.get('profile')}, {last.get('jobs')} notebook(s) at a time "
+             f"with {last.get('threads_per_notebook')} thread(s) each, wall time "
+             f"{last.get('wall_s', 0) / 60:.1f} min, started {last.get('started_utc')} on {box.get('cpu')} "
+             f"({box.get('cores')} cores{', GPU ' + box['gpu'] if box.get('gpu') else ''}).",
+             "", "| notebook run | profile | wall time (min) | threads | notebooks at a time | machine | finished (UTC) |",
+             "|---|---|---|---|---|---|---|"]
+    for name, run in timings.get("runs", {}).items():
+        where = run.get("cpu") + (f", GPU {run['gpu']}" if run.get("gpu") else "")
+        lines.append(f"| `{name}` | {run.get('profile')} | {run['wall_s'] / 60:.1f} | {run.get('threads')} | "
+                     f"{run.get('jobs')} | {_md(where)} | {run.get('finished_utc')} |")
+    return lines
+
+
 def write_index(figures: Path) -> tuple[Path, Path]:
     """Write ``figures/INDEX.md`` and ``figures/index.json`` from the notebooks' own indexes.
 
@@ -139,7 +161,7 @@ def write_index(figures: Path) -> tuple[Path, Path]:
     figures = Path(figures)
     entries = collect_index(figures)
     listed = {e["artifact"] for e in entries}
-    own = {"INDEX.md", INDEX_NAME}
+    own = {"INDEX.md", INDEX_NAME, "REPRODUCTION.md", "timings.json"}
     unlisted = sorted(
         p.relative_to(figures).as_posix() for p in figures.rglob("*")
         if p.is_file() and p.name not in own and p.relative_to(figures).as_posix() not in listed)
@@ -155,6 +177,7 @@ def write_index(figures: Path) -> tuple[Path, Path]:
     for e in entries:
         lines.append(f"| [{e['artifact']}]({e['artifact']}) | {_md(e['document'])} | "
                      f"{_md(e['item'])} | `{e['notebook']}` | {_md(e['description'])} |")
+    lines += _timing_lines(figures / "timings.json")
     if unlisted:
         lines += ["", "## Files no notebook lists", ""] + [f"- `{p}`" for p in unlisted]
     md, js = figures / "INDEX.md", figures / INDEX_NAME

@@ -1,25 +1,40 @@
 #!/usr/bin/env python
-"""Run every figure notebook with papermill, then index what they wrote under figures/.
+"""Run every figure notebook with papermill, index what they wrote, and write the reproduction report.
 
-    python notebooks/run_notebooks.py --profile quick|full [--only NAME ...]
+    python notebooks/run_notebooks.py [--profile smoke|quick|full] [--jobs N] [--threads T] [--only NAME ...]
 
-1. Each ``notebooks/*.ipynb`` (sorted; only the named ones with ``--only``) runs with the
-   parameter ``profile`` (and ``seed`` when given) in the kernel ``python3``, which jupyter_client
-   starts with this interpreter, so running this script with ``.venv/bin/python`` runs the
-   notebooks in the venv.
-2. The executed notebook goes to ``notebooks/executed/<name>.ipynb``: written to a temporary
-   file first and renamed, so a failed or interrupted run never leaves a half-written one (a
-   failed run's notebook is kept in the system temp directory for debugging).
-3. ``figures/INDEX.md`` and ``figures/index.json`` are rebuilt from every
-   ``figures/<notebook>/index.json``.
+1. Each ``notebooks/*.ipynb`` (and each variant in ``VARIANTS``) runs with the parameters ``profile``,
+   ``out_root`` and, where it declares them, ``threads`` and ``seed``, in the kernel ``python3``, which
+   jupyter_client starts with this interpreter (so ``.venv/bin/python`` runs the notebooks in the venv).
+2. ``--jobs`` notebooks run at a time (default 2, or 1 on a 1-core machine), each in its own process with
+   ``--threads`` torch/BLAS threads (default: the cores divided among the jobs). The longest expected
+   notebook starts first; a notebook named in ``DEPENDS`` waits for the ones it reads. Each start prints the
+   notebook's expected time and ETA (from its last run with this profile, kept in the cache), and a heartbeat
+   every minute says how far each running notebook is.
+3. Where things go. ``smoke`` (tiny settings, every cell's real code path; what CI runs) writes under
+   ``build/smoke/`` (``figures/`` and ``executed/``), never over the committed figures. ``quick`` and ``full``
+   write ``figures/<notebook>/`` and ``notebooks/executed/<name>.ipynb``. ``--out DIR`` sends any profile to DIR.
+   An executed notebook is written to a temporary file first and renamed: a failed run never leaves a half-written
+   one (the failed copy is kept in the system temp directory for debugging).
+4. ``figures/INDEX.md`` lists every artifact and each notebook's wall time, profile and machine
+   (``figures/timings.json``); ``figures/REPRODUCTION.md`` sets every catalogue artifact of the founding
+   documents beside ours, with a verdict, and says what moved against the committed copy.
 
-Exits non-zero, naming each failed notebook and its failing cell's error, if any notebook fails.
+Resumable work (bench records, training cells) lives in ``$SPECREPRO_CACHE/runs/`` keyed by config and code
+(``specrepro.cache``); nothing under figures/ is read back as an input. Exits non-zero, naming each failed
+notebook and its failing cell's error, if any notebook fails; the others still run and are indexed.
 """
 
 from __future__ import annotations
 
 import argparse
+import ast
+import concurrent.futures as cf
+import datetime as dt
+import json
+import multiprocessing
 import os
+import platform
 import shutil
 import sys
 import tempfile
@@ -28,12 +43,22 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 NOTEBOOKS = ROOT / "notebooks"
-EXECUTED = NOTEBOOKS / "executed"
-FIGURES = ROOT / "figures"
 KERNEL = "python3"
+PROFILES = ("smoke", "quick", "full")
+SCRATCH = {"smoke": ROOT / "build" / "smoke"}  # profiles that never write over the committed figures
+HEARTBEAT_S = 60
 
-sys.path.insert(0, str(NOTEBOOKS))
+sys.path[:0] = [str(NOTEBOOKS), str(ROOT)]
 from artifacts import write_index  # noqa: E402  (lives beside this script)
+
+# Notebooks that also run with other parameters: stem -> {variant: parameters}. A variant's executed copy is
+# executed/<stem>-<variant>.ipynb; the notebook itself writes its figures to a folder of their own.
+VARIANTS: dict[str, dict[str, dict]] = {
+    "online_speculative_stream": {"sequences": {"examples": "sequences"}},  # online updates on whole sequences
+}
+# Runs that read what another run computed: run name -> the runs it waits for. None today: every notebook computes
+# what it shows (the zoo's trained weights are inputs shipped in specrepro/zoo/, not outputs of a notebook).
+DEPENDS: dict[str, tuple[str, ...]] = {}
 
 
 def select(only: list[str] | None) -> list[Path]:
@@ -64,11 +89,13 @@ def check_kernel() -> None:
                          f"{sys.executable}; install ipykernel in this environment")
 
 
-# Notebooks that also run with other parameters: stem -> {variant: parameters}. A variant's executed copy is
-# executed/<stem>-<variant>.ipynb; the notebook itself writes its figures to a folder of their own.
-VARIANTS: dict[str, dict[str, dict]] = {
-    "online_speculative_stream": {"sequences": {"examples": "sequences"}},  # online updates on whole sequences
-}
+def declared_parameters(notebook: Path) -> set[str]:
+    """The names the notebook's tagged ``parameters`` cell assigns. Papermill would inject any other name silently
+    (and the notebook would run with its default), so only these are passed."""
+    cells = json.loads(notebook.read_text())["cells"]
+    (cell,) = [c for c in cells if "parameters" in c.get("metadata", {}).get("tags", [])]
+    tree = ast.parse("".join(cell["source"]))
+    return {t.id for node in tree.body if isinstance(node, ast.Assign) for t in node.targets if isinstance(t, ast.Name)}
 
 
 def runs_of(notebook: Path) -> list[tuple[str, dict]]:
@@ -77,16 +104,16 @@ def runs_of(notebook: Path) -> list[tuple[str, dict]]:
                                     for variant, extra in VARIANTS.get(notebook.stem, {}).items()]
 
 
-def run_one(notebook: Path, parameters: dict, name: str | None = None) -> str | None:
-    """Execute one notebook into executed/<name>.ipynb (default: its own name); None on success, else a one-line
-    description of the failure."""
+def run_one(notebook: Path, parameters: dict, name: str, executed: Path, threads: int) -> str | None:
+    """Execute one notebook into ``executed/<name>.ipynb`` in this process; None on success, else a one-line
+    description of the failure. Runs in a worker process, so the thread settings stay its own."""
+    for var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
+        os.environ[var] = str(threads)  # the kernel inherits them: numpy and torch start with this many threads
     import papermill as pm
     from papermill.exceptions import PapermillExecutionError
 
-    EXECUTED.mkdir(parents=True, exist_ok=True)
-    name = name or notebook.stem
-    final = EXECUTED / f"{name}.ipynb"
-    partial = EXECUTED / f".{name}.partial.ipynb"
+    executed.mkdir(parents=True, exist_ok=True)
+    final, partial = executed / f"{name}.ipynb", executed / f".{name}.partial.ipynb"
     try:
         pm.execute_notebook(str(notebook), str(partial), parameters=parameters,
                             kernel_name=KERNEL, cwd=str(ROOT), progress_bar=False)
@@ -105,42 +132,171 @@ def run_one(notebook: Path, parameters: dict, name: str | None = None) -> str | 
     return None
 
 
+def machine() -> dict:
+    """The machine the notebooks ran on, as INDEX.md states it."""
+    from specrepro.metrics.profile import cpu_info
+
+    info = cpu_info()
+    gpu = None
+    try:
+        import torch
+
+        gpu = torch.cuda.get_device_name(0) if torch.cuda.is_available() else None
+    except ImportError:
+        pass
+    return {"cpu": info["name"], "cores": os.cpu_count(), "cpu_flags": info["kernel_flags"], "gpu": gpu,
+            "python": platform.python_version()}
+
+
+# ------------------------------------------------------------------------------------------------- timings
+
+
+def timings_cache() -> Path:
+    from specrepro.cache import cache_root
+
+    return cache_root() / "notebook_timings.json"
+
+
+def expected_seconds(profile: str, names: list[str], figures: Path) -> dict[str, float]:
+    """Each run's last wall time with this profile: from this machine's cache, else the committed timings."""
+    expected: dict[str, float] = {}
+    for source in (ROOT / "figures" / "timings.json", figures / "timings.json", timings_cache()):
+        try:
+            runs = json.loads(source.read_text()).get("runs", {})
+        except (OSError, ValueError):
+            continue
+        expected.update({n: r["wall_s"] for n, r in runs.items() if n in names and r.get("profile") == profile})
+    return expected
+
+
+def record_timings(figures: Path, done: dict[str, dict], setup: dict) -> None:
+    """Merge this run's wall times into ``figures/timings.json`` (INDEX.md shows them) and into the cache."""
+    for path in (figures / "timings.json", timings_cache()):
+        try:
+            old = json.loads(path.read_text())
+        except (OSError, ValueError):
+            old = {}
+        runs = {**old.get("runs", {}), **done}
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text(json.dumps({"last_run": setup, "runs": dict(sorted(runs.items()))}, indent=1) + "\n")
+        os.replace(tmp, path)
+
+
+def clock(seconds: float) -> str:
+    return f"{int(seconds // 60)}:{int(seconds % 60):02d}"
+
+
+# ------------------------------------------------------------------------------------------------- the run
+
+
+def schedule(jobs: list[tuple[Path, str, dict]], expected: dict[str, float]) -> list[tuple[Path, str, dict]]:
+    """Longest expected first (unknown ones first of all: they may be long), so two workers finish together."""
+    return sorted(jobs, key=lambda job: -expected.get(job[1], float("inf")))
+
+
 def main(argv: list[str] | None = None) -> int:
+    cores = os.cpu_count() or 1
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--profile", choices=("quick", "full"), default="quick",
-                        help="quick: minutes on a laptop; full: the sample sizes of the figures")
-    parser.add_argument("--only", nargs="+", metavar="NAME",
-                        help="run only these notebooks (stem or file name)")
+    parser.add_argument("--profile", choices=PROFILES, default="quick",
+                        help="smoke: every cell on tiny settings, into build/smoke/ (CI); quick: about 30 minutes on "
+                             "2 cores; full: the documents' settings (a GPU)")
+    parser.add_argument("--only", nargs="+", metavar="NAME", help="run only these notebooks (stem or file name)")
     parser.add_argument("--seed", type=int, default=None,
                         help="pass this seed to every notebook (default: each notebook's own)")
+    parser.add_argument("--jobs", type=int, default=None,
+                        help="notebooks at a time (default: 2 on 2 or more cores, else 1)")
+    parser.add_argument("--threads", type=int, default=None,
+                        help="torch/BLAS threads per notebook (default: cores // jobs)")
+    parser.add_argument("--out", type=Path, default=None,
+                        help="write figures/ and executed/ under this folder (default: build/smoke for smoke, "
+                             "else the checkout's figures/ and notebooks/executed/)")
     args = parser.parse_args(argv)
+    jobs_n = args.jobs or min(2, cores)
+    threads = args.threads or max(1, cores // jobs_n)
+    if jobs_n < 1 or threads < 1:
+        parser.error(f"--jobs and --threads must be at least 1 (got {jobs_n}, {threads})")
 
+    out = args.out.resolve() if args.out else SCRATCH.get(args.profile, ROOT)
+    figures = out / "figures"
+    executed = NOTEBOOKS / "executed" if out == ROOT else out / "executed"
     notebooks = select(args.only)
     if not notebooks:
         print("no notebooks found in notebooks/", file=sys.stderr)
         return 1
     check_kernel()
-    parameters = {"profile": args.profile}
-    if args.seed is not None:
-        parameters["seed"] = args.seed
+    jobs = [(nb, name, extra) for nb in notebooks for name, extra in runs_of(nb)]
+    expected = expected_seconds(args.profile, [name for _, name, _ in jobs], figures)
+    jobs = schedule(jobs, expected)
+    setup = {"profile": args.profile, "jobs": jobs_n, "threads_per_notebook": threads, "machine": machine(),
+             "started_utc": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")}
+    print(f"{len(jobs)} notebook run(s), profile {args.profile}, {jobs_n} at a time with {threads} thread(s) each; "
+          f"figures -> {figures}, executed notebooks -> {executed}", flush=True)
+    if out != ROOT and not args.out:
+        print(f"({args.profile} writes to a scratch folder, never over the committed figures/)", flush=True)
 
-    failures = []
-    jobs = [(notebook, name, extra) for notebook in notebooks for name, extra in runs_of(notebook)]
-    for i, (notebook, name, extra) in enumerate(jobs, 1):
-        print(f"[{i}/{len(jobs)}] {name} (profile={args.profile}{''.join(f', {k}={v}' for k, v in extra.items())})"
-              " ...", flush=True)
-        start = time.perf_counter()
-        failure = run_one(notebook, {**parameters, **extra}, name)
-        elapsed = time.perf_counter() - start
-        if failure:
-            failures.append(failure)
-            print(f"    FAILED after {elapsed:.1f} s: {failure}", flush=True)
-        else:
-            print(f"    ok in {elapsed:.1f} s -> {(EXECUTED / f'{name}.ipynb').relative_to(ROOT)}", flush=True)
+    def parameters(notebook: Path, extra: dict) -> dict:
+        declared = declared_parameters(notebook)
+        given = {"profile": args.profile, "out_root": None if out == ROOT else str(out), "threads": threads,
+                 "seed": args.seed, **extra}
+        missing = {"profile", "out_root"} - declared
+        if missing:
+            raise SystemExit(f"{notebook.name} declares no parameter(s) {sorted(missing)}: every notebook takes "
+                             "profile and out_root")
+        return {k: v for k, v in given.items() if k in declared and (v is not None or k == "out_root")}
 
-    FIGURES.mkdir(exist_ok=True)
-    md, _ = write_index(FIGURES)
-    print(f"index: {md.relative_to(ROOT)}", flush=True)
+    failures, done = [], {}
+    start_all = time.perf_counter()
+    pending = list(jobs)
+    running: dict[cf.Future, tuple[str, float]] = {}
+    finished: set[str] = set()
+    context = multiprocessing.get_context("spawn")
+    with cf.ProcessPoolExecutor(max_workers=jobs_n, mp_context=context) as pool:
+        while pending or running:
+            while pending and len(running) < jobs_n:
+                ready = [j for j in pending if set(DEPENDS.get(j[1], ())) <= finished]
+                if not ready:
+                    break
+                notebook, name, extra = ready[0]
+                pending.remove(ready[0])
+                params = parameters(notebook, extra)
+                guess = expected.get(name)
+                eta = (dt.datetime.now() + dt.timedelta(seconds=guess)).strftime("%H:%M") if guess else "?"
+                print(f"[{len(done) + len(failures) + len(running) + 1}/{len(jobs)}] start {name} "
+                      f"({', '.join(f'{k}={v}' for k, v in params.items())}); expected "
+                      f"{clock(guess) if guess else 'unknown (first run here)'}, ETA {eta}", flush=True)
+                future = pool.submit(run_one, notebook, params, name, executed, threads)
+                running[future] = (name, time.perf_counter())
+            complete, _ = cf.wait(running, timeout=HEARTBEAT_S, return_when=cf.FIRST_COMPLETED)
+            if not complete:
+                states = [f"{n} {clock(time.perf_counter() - t0)}"
+                          + (f"/{clock(expected[n])}" if n in expected else "") for n, t0 in running.values()]
+                print(f"    ... {clock(time.perf_counter() - start_all)} elapsed; running: {'; '.join(states)}; "
+                      f"{len(pending)} waiting", flush=True)
+            for future in complete:
+                name, t0 = running.pop(future)
+                elapsed = time.perf_counter() - t0
+                finished.add(name)
+                failure = future.result()
+                if failure:
+                    failures.append(failure)
+                    print(f"    FAILED {name} after {clock(elapsed)}: {failure}", flush=True)
+                else:
+                    done[name] = {"wall_s": round(elapsed, 1), "profile": args.profile, "threads": threads,
+                                  "jobs": jobs_n, "cpu": setup["machine"]["cpu"], "gpu": setup["machine"]["gpu"],
+                                  "finished_utc": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")}
+                    print(f"    ok {name} in {clock(elapsed)} -> {(executed / f'{name}.ipynb')}", flush=True)
+    total = time.perf_counter() - start_all
+    setup["wall_s"] = round(total, 1)
+
+    figures.mkdir(parents=True, exist_ok=True)
+    record_timings(figures, done, setup)
+    md, _ = write_index(figures)
+    print(f"index: {md}", flush=True)
+    report = reproduction_report(figures, out)
+    if report:
+        print(f"reproduction report: {report}", flush=True)
+    print(f"wall time {clock(total)} for {len(jobs)} run(s)", flush=True)
     if failures:
         print(f"\n{len(failures)} notebook(s) failed:", file=sys.stderr)
         for failure in failures:
@@ -148,6 +304,17 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     print(f"all {len(jobs)} notebook run(s) done", flush=True)
     return 0
+
+
+def reproduction_report(figures: Path, out: Path) -> Path | None:
+    """figures/REPRODUCTION.md against the committed figures: the checkout's own when writing elsewhere, else
+    HEAD's copy from git (this run has just overwritten the working tree's)."""
+    from reproduction import committed_copy, write_reproduction
+
+    if out != ROOT:
+        return write_reproduction(figures, ROOT / "figures")
+    with tempfile.TemporaryDirectory() as tmp:
+        return write_reproduction(figures, committed_copy(ROOT, Path(tmp)))
 
 
 if __name__ == "__main__":

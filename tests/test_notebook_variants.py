@@ -3,21 +3,13 @@ notebook that exists and parameters its tagged parameters cell declares (papermi
 silently, and the variant would rerun the default)."""
 from __future__ import annotations
 
-import ast
-import json
 import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "notebooks"))
 import run_notebooks  # noqa: E402
-
-
-def declared_parameters(notebook: Path) -> set[str]:
-    cells = json.loads(notebook.read_text())["cells"]
-    (cell,) = [c for c in cells if "parameters" in c.get("metadata", {}).get("tags", [])]
-    tree = ast.parse("".join(cell["source"]))
-    return {t.id for node in tree.body if isinstance(node, ast.Assign) for t in node.targets if isinstance(t, ast.Name)}
+from run_notebooks import declared_parameters  # noqa: E402
 
 
 def test_every_variant_sets_parameters_its_notebook_declares():
@@ -30,3 +22,10 @@ def test_every_variant_sets_parameters_its_notebook_declares():
             assert set(parameters) <= names, (stem, variant, set(parameters) - names)
         runs = run_notebooks.runs_of(notebook)
         assert runs[0] == (stem, {}) and [name for name, _ in runs[1:]] == [f"{stem}-{v}" for v in variants]
+
+
+def test_every_notebook_takes_the_runners_parameters():
+    """run_notebooks passes profile (smoke, quick or full) and out_root (the smoke profile's scratch folder) to all."""
+    for notebook in sorted((ROOT / "notebooks").glob("*.ipynb")):
+        assert {"profile", "out_root"} <= declared_parameters(notebook), notebook.name
+        assert '"smoke"' in notebook.read_text(), f"{notebook.name} has no smoke settings"
