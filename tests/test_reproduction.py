@@ -1,0 +1,181 @@
+"""The reproduction report (notebooks/reproduction.py): a row for every catalogue item of the founding documents,
+counts that add up, moves detected by each tolerance, and a missing or changed CSV said plainly instead of raised.
+Reads the committed figures/ only: no models, well under a second."""
+from __future__ import annotations
+
+import csv
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "notebooks"))
+import reproduction as rp  # noqa: E402
+
+FIGURES = ROOT / "figures"
+README = rp.SEEDS / "README.md"
+needs_seeds = pytest.mark.skipif(not README.is_file(), reason=f"founding documents not beside the clone ({README})")
+needs_figures = pytest.mark.skipif(not (FIGURES / "theory_speculative").is_dir(), reason="no committed figures/")
+
+
+def copy_csvs(source: Path, dest: Path) -> Path:
+    """The CSVs and index files of a figures folder: all the report reads."""
+    for path in list(source.rglob("*.csv")) + list(source.glob("*/index.json")):
+        target = dest / path.relative_to(source)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(path, target)
+    return dest
+
+
+def rewrite(path: Path, change) -> None:
+    """Let ``change`` edit the rows of a CSV (dicts) in place, and write them back; a column it deleted is gone."""
+    with path.open(newline="") as handle:
+        reader = csv.DictReader(handle)
+        columns, rows = reader.fieldnames, list(reader)
+    change(rows)
+    columns = [c for c in columns if c in rows[0]]
+    with path.open("w", newline="") as handle:
+        writer = csv.DictWriter(handle, columns, lineterminator="\n")
+        writer.writeheader()
+        writer.writerows(rows)
+
+
+def row_for(rows, item_start: str):
+    found = [r for r in rows if r.claim.item.startswith(item_start)]
+    assert len(found) == 1, item_start
+    return found[0]
+
+
+@needs_seeds
+def test_catalogue_parses_every_item():
+    items = rp.catalogue(README)
+    documents = [d for d, _ in items]
+    assert list(dict.fromkeys(documents)) == [rp.SLIDES, rp.SURVEY, rp.MENTORED, rp.MJSD, rp.PPD]
+    assert ("Survey blog (004)", "the β bound example (k=5, c=0.01, α=2/3 gives β ≤ 2.69)") in items
+    assert documents.count(rp.PPD) == 9 and documents.count(rp.SLIDES) == 6
+
+
+@needs_seeds
+def test_claims_cover_the_catalogue_one_row_each_in_order():
+    assert [(c.document, c.item) for c in rp.CLAIMS] == rp.catalogue(README)
+
+
+@needs_seeds
+def test_every_quote_is_in_its_seed_text():
+    def flat(text):
+        return re.sub(r"\s+", " ", text).strip()
+
+    for claim in rp.CLAIMS:
+        assert claim.source is not None, claim.item
+        seed = flat((rp.SEEDS / claim.source.seed).read_text())
+        assert flat(claim.source.text) in seed, (claim.item, claim.source.text)
+
+
+@needs_seeds
+@needs_figures
+def test_report_on_committed_figures_has_every_item_and_counts_add_up(tmp_path):
+    rows = rp.evaluate(FIGURES, FIGURES)
+    assert len(rows) == len(rp.catalogue(README))
+    assert not [(r.claim.item, r.outcome.reason) for r in rows if r.outcome.verdict == rp.NO_RESULT]
+    assert {r.movement for r in rows} <= {rp.UNCHANGED, rp.MACHINE, rp.NOT_COMPARED}  # compared with itself
+    assert all(r.outcome.ours and r.outcome.reason for r in rows)
+
+    out = rp.write_reproduction(FIGURES, FIGURES, tmp_path / "REPRODUCTION.md")
+    text = out.read_text()
+    for _, item in rp.catalogue(README):
+        assert item.replace("|", "\\|") in text, item
+    verdicts = re.search(r"\*\*(\d+) items: (\d+) reproduced · (\d+) not reproduced · (\d+) not comparable", text)
+    total, *parts = map(int, verdicts.groups())
+    assert total == len(rows) == sum(parts)
+    moves = re.search(r"(\d+) moved · (\d+) unchanged · (\d+) new · (\d+) machine-specific only · (\d+) not "
+                      r"compared", text)
+    assert sum(map(int, moves.groups())) == total
+    assert "profile quick" in text  # read from the notebooks' index.json descriptions
+
+
+@needs_figures
+def test_a_changed_simulation_cell_is_moved_and_an_unchanged_copy_is_not(tmp_path):
+    run = copy_csvs(FIGURES, tmp_path / "run")
+    rewrite(run / rp.BETA_BOUND, lambda rows: rows[0].update(ours="2.7"))
+    rows = rp.evaluate(run, FIGURES)
+    bound = row_for(rows, "the β bound example")
+    assert bound.movement == rp.MOVED
+    assert "2.68663 → 2.7" in bound.movements[0].detail
+    assert bound.outcome.verdict == rp.NOT_REPRODUCED  # 2.7 is no longer τ − kc
+    assert row_for(rows, "Fig. 2 expected tokens").movement == rp.UNCHANGED
+    assert all(r.movement != rp.MOVED for r in rows if r is not bound)
+
+
+@needs_figures
+def test_an_interval_tolerance_moves_only_outside_the_committed_interval(tmp_path):
+    run = copy_csvs(FIGURES, tmp_path / "run")
+
+    def shift(by):
+        def change(rows):
+            for r in rows:
+                if r["source"] == "target" and r["divergence"] == "rkl":
+                    r["gain_tau"] = str(float(r["gain_tau"]) + by)
+        return change
+
+    rewrite(run / rp.DISTILL, shift(0.01))  # inside the committed 90% interval (+3.3% to +20.7%)
+    assert row_for(rp.evaluate(run, FIGURES), "DistillSpec").movement == rp.UNCHANGED
+    rewrite(run / rp.DISTILL, shift(0.5))
+    moved = row_for(rp.evaluate(run, FIGURES), "DistillSpec")
+    assert moved.movement == rp.MOVED and "target-rkl" in moved.movements[0].detail
+
+
+@needs_figures
+def test_speed_is_machine_specific_never_moved(tmp_path):
+    run = copy_csvs(FIGURES, tmp_path / "run")
+    rewrite(run / rp.PPD_FIG5, lambda rows: [r.update(ppd_speedup="9.9") for r in rows])
+    row = row_for(rp.evaluate(run, FIGURES), "Fig. 5 throughput by task")
+    assert row.movement == rp.MACHINE and "9.9 now" in row.movements[0].detail
+    assert row.outcome.verdict == rp.REPRODUCED  # every task above 1x now
+
+
+@needs_figures
+def test_a_missing_csv_or_column_is_a_plain_row_not_an_exception(tmp_path):
+    run = copy_csvs(FIGURES, tmp_path / "run")
+    (run / rp.MOE_BETA).unlink()
+
+    def drop_column(rows):
+        for r in rows:
+            del r["speedup_at_optimum"]
+
+    rewrite(run / rp.FIG3, drop_column)
+    rows = rp.evaluate(run, FIGURES)
+    moe = row_for(rows, "MoE expected experts")
+    assert moe.outcome.verdict == rp.NO_RESULT
+    assert moe.outcome.reason == f"not produced by this run: {rp.MOE_BETA}"
+    assert moe.movement == rp.NOT_COMPARED
+    fig3 = row_for(rows, "Fig. 3 optimal γ")
+    assert fig3.outcome.verdict == rp.NO_RESULT and "column 'speedup_at_optimum' missing" in fig3.outcome.reason
+    assert fig3.movement == rp.MOVED and "columns changed" in fig3.movements[0].detail
+    text = rp.write_reproduction(run, FIGURES).read_text()
+    assert "no result" in text and "not produced by this run" in text
+
+
+@needs_figures
+def test_no_committed_copy_makes_every_compared_row_new(tmp_path):
+    run = copy_csvs(FIGURES, tmp_path / "run")
+    (run / rp.FIG2).unlink()
+    rows = rp.evaluate(run, None)
+    assert row_for(rows, "Fig. 2 expected tokens").movement == rp.NOT_COMPARED
+    assert {r.movement for r in rows} == {rp.NEW, rp.NOT_COMPARED}
+
+
+def test_committed_copy_extracts_heads_csvs(tmp_path):
+    head = subprocess.run(["git", "ls-tree", "-r", "--name-only", "HEAD", "--", "figures/theory_moe"], cwd=ROOT,
+                          capture_output=True, text=True)
+    if head.returncode != 0 or not head.stdout.strip():
+        pytest.skip("no git checkout with committed figures")
+    dest = rp.committed_copy(ROOT, tmp_path / "committed")
+    assert dest == tmp_path / "committed"
+    expected = {Path(p).relative_to("figures") for p in head.stdout.split() if p.endswith(".csv")}
+    assert expected and expected <= {p.relative_to(dest) for p in dest.rglob("*.csv")}
+    assert not list(dest.rglob("*.png"))
+    assert rp.committed_copy(tmp_path / "not-a-repo", tmp_path / "other") is None
