@@ -1207,15 +1207,29 @@ def _strings(value):
             yield from _strings(v)
 
 
-def run_conditions(figures: Path) -> dict[str, tuple[set[str], set[str]]]:
-    """notebook folder -> (profiles, machines) read from its index.json: fields named profile / machine / device
-    where the runner writes them, else the phrases "profile quick" and "CPU …" of the descriptions."""
+@dataclass(frozen=True)
+class Conditions:
+    """How one notebook run was made, as far as the figures folder records it."""
+    profiles: frozenset[str]
+    machines: frozenset[str]
+    wall_min: float | None
+    source: str
+
+
+def _json(path: Path):
+    try:
+        return json.loads(Path(path).read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def run_conditions(figures: Path) -> dict[str, Conditions]:
+    """Notebook folder -> its profile and machine: from ``timings.json`` (written by run_notebooks.py: profile,
+    CPU, GPU and wall time of each run) where it has the run, else from the folder's ``index.json`` (fields named
+    profile / machine / device, or the descriptions' phrases "profile quick" and "CPU …")."""
     found = {}
     for index in sorted(Path(figures).glob("*/index.json")):
-        try:
-            data = json.loads(index.read_text())
-        except (OSError, ValueError):
-            continue
+        data = _json(index)
         profiles, machines = set(), set()
         for entry in data if isinstance(data, list) else [data]:
             if isinstance(entry, dict):
@@ -1224,8 +1238,31 @@ def run_conditions(figures: Path) -> dict[str, tuple[set[str], set[str]]]:
             for text in _strings(entry):
                 profiles |= set(re.findall(r"\bprofile (smoke|quick|full)\b", text))
                 machines |= {m.strip() for m in re.findall(r"\b((?:CPU|GPU) [A-Z][\w\- ]*?)(?= ·|,|;|\)|$)", text)}
-        found[index.parent.name] = (profiles, machines)
-    return found
+        found[index.parent.name] = Conditions(frozenset(profiles), frozenset(machines), None, "index.json")
+    timings = _json(Path(figures) / "timings.json") or {}
+    for name, run in (timings.get("runs") or {}).items():
+        where = str(run.get("cpu")) + (f", GPU {run['gpu']}" if run.get("gpu") else "")
+        wall = run.get("wall_s")
+        found[name.replace("-", "_")] = Conditions(frozenset({str(run.get("profile"))}), frozenset({where}),
+                                                   wall / 60 if wall is not None else None, "timings.json")
+    return dict(sorted(found.items()))
+
+
+def _conditions_line(figures: Path) -> str:
+    """The run's profile and machine: timings.json's last run where there is one, else what the indexes say."""
+    last = (_json(Path(figures) / "timings.json") or {}).get("last_run")
+    if last:
+        box = last.get("machine") or {}
+        gpu = f", GPU {box['gpu']}" if box.get("gpu") else ""
+        wall = f", {last['wall_s'] / 60:.1f} min" if last.get("wall_s") is not None else ""
+        return (f"profile {last.get('profile')} · machine {box.get('cpu')} ({box.get('cores')} cores{gpu}) · "
+                f"{last.get('jobs')} notebook(s) at a time{wall}, started {last.get('started_utc')} (timings.json)")
+    conditions = run_conditions(figures)
+    profiles = sorted({p for c in conditions.values() for p in c.profiles}) or ["not recorded"]
+    machines = sorted({m for c in conditions.values() for m in c.machines}) or ["not recorded"]
+    recorded = sum(bool(c.profiles or c.machines) for c in conditions.values())
+    return (f"profile {', '.join(profiles)} · machine {', '.join(machines)} (recorded in the `index.json` of "
+            f"{recorded} of {len(conditions)} notebook folders)")
 
 
 def _md(text) -> str:
@@ -1256,14 +1293,6 @@ def _counts(rows: list[ReportRow]) -> tuple[dict[str, int], dict[str, int]]:
     return verdicts, movements
 
 
-def _conditions_line(conditions: dict[str, tuple[set[str], set[str]]]) -> str:
-    profiles = sorted({p for ps, _ in conditions.values() for p in ps}) or ["not recorded"]
-    machines = sorted({m for _, ms in conditions.values() for m in ms}) or ["not recorded"]
-    recorded = sum(bool(ps or ms) for ps, ms in conditions.values())
-    return (f"profile {', '.join(profiles)} · machine {', '.join(machines)} (recorded in the `index.json` of "
-            f"{recorded} of {len(conditions)} notebook folders)")
-
-
 GUIDE = """\
 ## How to read it
 
@@ -1286,7 +1315,7 @@ GUIDE = """\
 def _header(rows: list[ReportRow], figures: Path, committed: Path | None) -> list[str]:
     verdicts, movements = _counts(rows)
     no_result = f" · {verdicts[NO_RESULT]} no result" if verdicts[NO_RESULT] else ""
-    before = (f" Committed copy: {_conditions_line(run_conditions(committed))}." if committed is not None
+    before = (f" Committed copy: {_conditions_line(committed)}." if committed is not None
               else " No committed copy was given: every row is new.")
     return [
         "# Reproduction report",
@@ -1301,7 +1330,7 @@ def _header(rows: list[ReportRow], figures: Path, committed: Path | None) -> lis
         f"{movements[NEW]} new · {movements[MACHINE]} machine-specific only · {movements[NOT_COMPARED]} not "
         f"compared.**",
         "",
-        f"This run: {_conditions_line(run_conditions(figures))}.{before}",
+        f"This run: {_conditions_line(figures)}.{before}",
         "",
     ]
 
@@ -1340,10 +1369,12 @@ def _document_table(rows: list[ReportRow], document: str, figures: Path, base: P
 
 
 def _conditions_table(figures: Path) -> list[str]:
-    lines = ["## Run conditions by notebook folder", "", "| folder | profile | machine |", "|---|---|---|"]
-    for name, (profiles, machines) in run_conditions(figures).items():
-        lines.append(f"| {name} | {', '.join(sorted(profiles)) or 'not recorded'} | "
-                     f"{', '.join(sorted(machines)) or 'not recorded'} |")
+    lines = ["## Run conditions by notebook", "", "| notebook run | profile | machine | wall time (min) | from |",
+             "|---|---|---|---|---|"]
+    for name, c in run_conditions(figures).items():
+        wall = f"{c.wall_min:.1f}" if c.wall_min is not None else "—"
+        lines.append(f"| {name} | {', '.join(sorted(c.profiles)) or 'not recorded'} | "
+                     f"{_md(', '.join(sorted(c.machines)) or 'not recorded')} | {wall} | {c.source} |")
     return lines + [""]
 
 

@@ -4,6 +4,7 @@ Reads the committed figures/ only: no models, well under a second."""
 from __future__ import annotations
 
 import csv
+import json
 import re
 import shutil
 import subprocess
@@ -179,3 +180,19 @@ def test_committed_copy_extracts_heads_csvs(tmp_path):
     assert expected and expected <= {p.relative_to(dest) for p in dest.rglob("*.csv")}
     assert not list(dest.rglob("*.png"))
     assert rp.committed_copy(tmp_path / "not-a-repo", tmp_path / "other") is None
+
+
+@needs_figures
+def test_profile_and_machine_come_from_the_runners_timings(tmp_path):
+    run = copy_csvs(FIGURES, tmp_path / "run")
+    (run / "timings.json").write_text(json.dumps({
+        "last_run": {"profile": "smoke", "jobs": 2, "threads_per_notebook": 1, "wall_s": 300.0,
+                     "started_utc": "2026-01-01T00:00:00+00:00",
+                     "machine": {"cpu": "Intel Xeon", "cores": 2, "gpu": None}},
+        "runs": {"theory_moe": {"wall_s": 12.0, "profile": "smoke", "cpu": "Intel Xeon", "gpu": None},
+                 "online_speculative_stream-sequences": {"wall_s": 60.0, "profile": "smoke", "cpu": "Intel Xeon"}}}))
+    text = rp.write_reproduction(run, FIGURES).read_text()
+    assert "This run: profile smoke · machine Intel Xeon (2 cores) · 2 notebook(s) at a time, 5.0 min" in text
+    assert "| theory_moe | smoke | Intel Xeon | 0.2 | timings.json |" in text
+    assert "| online_speculative_stream_sequences | smoke | Intel Xeon | 1.0 | timings.json |" in text
+    assert "Committed copy: profile quick" in text  # the committed folder has no timings.json: its indexes say
