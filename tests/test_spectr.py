@@ -9,6 +9,7 @@ distance per trial, a non-centrality of about 1900 and 230 at 3000 trials.
 """
 from __future__ import annotations
 
+import copy
 import math
 
 import numpy as np
@@ -26,7 +27,7 @@ from specrepro.config import DecodeConfig, SamplingConfig
 from specrepro.drafters.lm_tree import MultiDraftDrafter, TopKTreeDrafter
 from specrepro.models import tiny_model
 from specrepro.speculative import speculative_generate
-from specrepro.tree import chain_parents
+from specrepro.tree import chain_parents, root_path
 from specrepro.warping import sample
 from test_drafters import FALSE_ALARM, PROMPT, chi2_pvalue, exact_first_two
 from test_drafters import V as LOOP_V
@@ -315,6 +316,59 @@ def test_sampling_through_the_loop_is_exact(small_pair):
         out = speculative_generate(target, drafter, PROMPT, cfg, rule=SPECTR_RULE, on_step=check_cache).token_ids
         counts[out[0], out[1]] += 1
     assert chi2_pvalue(counts, exact_first_two(target, PROMPT, sampling)) > FALSE_ALARM
+
+
+class RoundsByWidth(torch.nn.Module):
+    """A draft whose rows depend on how many positions a forward runs, as bf16 rows do on a CPU with bf16 units
+    (a 1-position and a 3-position forward round apart by ~1e-2), here on any machine: logit x moves by
+    0.01·x/V per position run."""
+
+    def __init__(self, inner):
+        super().__init__()
+        self.inner, self.config = inner, inner.config
+
+    def forward(self, input_ids, **kwargs):
+        out = self.inner(input_ids=input_ids, **kwargs)
+        out.logits = out.logits + 0.01 * input_ids.shape[1] * torch.linspace(0, 1, out.logits.shape[-1])
+        return out
+
+
+@pytest.fixture(scope="module")
+def width_pair():
+    return (tiny_model(vocab_size=LOOP_V, n_layers=1, hidden=16, seed=3),
+            RoundsByWidth(tiny_model(vocab_size=LOOP_V, n_layers=1, hidden=16, seed=11)))
+
+
+def test_chains_through_one_prefix_share_its_q_row_exactly(width_pair):
+    """K-SEQ's candidates must come from one q row. Each prefix's draft row is computed once and given to every
+    chain through it, so siblings' rows agree bit for bit however the forwards round; a proposal counts one
+    draft forward per distinct prefix."""
+    drafter, sampling, shared = MultiDraftDrafter(width_pair[1], num_drafts=4), SamplingConfig(temperature=1.0), 0
+    for seed in range(20):
+        drafter.reset()
+        drafter.lm.logits_for(PROMPT[:3])  # part of the text cached: the first forward runs several positions
+        proposal = drafter.propose(PROMPT, 3, sampling, torch.Generator().manual_seed(seed))
+        parents, tokens = proposal.tree_parents(), proposal.tokens
+        prefixes = [tuple(tokens[root_path(parents, i)[:-1]].tolist()) for i in range(tokens.numel())]
+        for a in range(tokens.numel()):
+            for b in range(a):
+                if prefixes[a] == prefixes[b]:
+                    assert torch.equal(proposal.probs[a], proposal.probs[b]), (seed, a, b)
+                    shared += 1
+        assert proposal.calls == len(set(prefixes))
+    assert shared > 20
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_the_loop_runs_with_no_tolerance_on_rows_that_round_by_width(width_pair, dtype):
+    """The bench's bf16 failure ("K-SEQ needs i.i.d. candidates ... differ by up to 0.0146"): with rows computed
+    per chain this stops at the first step; with one row per prefix it runs even at iid_atol = 0."""
+    target, draft = (copy.deepcopy(m).to(dtype) for m in width_pair)
+    rule, drafter = SPECTR_RULE.with_params(iid_atol=0.0), MultiDraftDrafter(draft, num_drafts=4)
+    for seed in range(10):
+        cfg = DecodeConfig(max_new_tokens=8, gamma=3, sampling=SamplingConfig(temperature=1.0), seed=seed,
+                           stop_at_eos=False)
+        assert len(speculative_generate(target, drafter, PROMPT, cfg, rule=rule, on_step=check_cache).token_ids) == 8
 
 
 def test_top_k_trees_are_refused_in_the_loop(small_pair):

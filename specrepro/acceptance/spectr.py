@@ -34,8 +34,10 @@ ancestors carry the accepted tokens.
 
 K-SEQ needs candidates with one shared q row. Rows that differ by more than ``SpecTrParams.iid_atol`` (max
 absolute difference) get one clear ValueError rather than a silently wrong law: a tree of siblings sampled
-without replacement, or deterministic top-k siblings, belongs to ``tree_sampling`` instead. Separate draft
-forwards give rows equal up to float rounding (~1e-7 in fp32); loosen ``iid_atol`` for bf16 drafts.
+without replacement, or deterministic top-k siblings, belongs to ``tree_sampling`` instead. ``MultiDraftDrafter``
+computes each shared prefix's draft row once and gives it to every chain through that prefix, so its siblings'
+rows are equal exactly, in any dtype. (Computed once per chain, the rows came from forwards over different
+numbers of positions, which in bf16 round apart by ~1e-2.)
 """
 from __future__ import annotations
 

@@ -13,19 +13,32 @@ from .base import Drafter, Proposal, StepFeedback
 
 def sample_chain(lm: CachedModel, prefix: list[int], length: int, sampling: SamplingConfig,
                  uniforms: torch.Tensor, first: int | None = None,
-                 stop: Callable[[torch.Tensor, torch.Tensor], bool] | None = None
+                 stop: Callable[[torch.Tensor, torch.Tensor], bool] | None = None,
+                 known: dict[tuple[int, ...], torch.Tensor] | None = None,
                  ) -> tuple[list[int], list[torch.Tensor]]:
     """``length`` tokens after ``prefix``, each drawn from the draft's warped q with one uniform (uniforms
     [length]); ``first``, when given, is forced at the first position and costs no draft forward; ``stop(logits
     [V], q [V])``, when given, ends the chain before the position it is true at (that forward was run). Returns the
-    tokens and the q rows [V] they were drawn from (none for a forced first token)."""
+    tokens and the q rows [V] they were drawn from (none for a forced first token).
+
+    ``known`` maps the chain's tokens so far (after ``prefix``) to the draft's logits [V] there: a position whose
+    tokens are in it takes those logits and runs no forward, and the logits of every forward run are added. Chains
+    sampled with one ``known`` therefore draw from the very same q row wherever they share a prefix. (Computed
+    again, the row would depend on how many positions that forward ran: in bf16 a 1-token and a 3-token forward
+    round differently, and i.i.d. siblings would no longer share one q.)"""
     seq, tokens, rows = list(prefix), [], []
     for i in range(length):
         if i == 0 and first is not None:  # forced: its q is one-hot, given by the caller
             x_i = first
         else:
-            # The cache keeps the common prefix with `seq`; only new positions are run (1 after the first).
-            logits = lm.logits_for(seq)[-1]  # [V]
+            key = tuple(tokens)
+            if known is not None and key in known:
+                logits = known[key]  # [V]
+            else:
+                # The cache keeps the common prefix with `seq`; only new positions are run (1 after the first).
+                logits = lm.logits_for(seq)[-1]  # [V]
+                if known is not None:
+                    known[key] = logits
             q_i = warp(logits, sampling)  # [V]
             if stop is not None and stop(logits, q_i):
                 break

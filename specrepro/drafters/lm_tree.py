@@ -8,7 +8,8 @@
   greedily for γ − 1 tokens: a k·γ-node tree whose siblings are distinct, the "deterministic candidates" case
   of the recursive rule (rejecting a one-hot candidate removes its token from the residual).
 
-Both spend m·γ (or k·γ) draft steps per proposal; nodes are laid out chain after chain, each chain in order.
+Nodes are laid out chain after chain, each chain in order. ``MultiDraftDrafter`` runs one draft forward per
+distinct prefix (at most m·γ, fewer where chains share tokens); ``TopKTreeDrafter`` 1 + k·(γ − 1).
 """
 from __future__ import annotations
 
@@ -40,13 +41,15 @@ class MultiDraftDrafter(LMDrafter):  # LMDrafter's draft cache, feedback and res
     def propose(self, ids: list[int], gamma: int, sampling: SamplingConfig,
                 generator: torch.Generator) -> Proposal:
         uniforms = torch.rand(self.num_drafts, gamma, generator=generator, dtype=torch.float64)  # [m, γ]
-        chains, rows = [], []
+        # One draft forward per distinct prefix, shared by every chain through it: siblings drawn after the same
+        # tokens get the same q row exactly (K-SEQ's i.i.d. candidates), in any dtype.
+        chains, rows, known = [], [], {}
         for j in range(self.num_drafts):
-            tokens, q = sample_chain(self.lm, ids, gamma, sampling, uniforms[j])
+            tokens, q = sample_chain(self.lm, ids, gamma, sampling, uniforms[j], known=known)
             chains.append(tokens)
             rows += q
         return Proposal(tokens=torch.tensor(sum(chains, [])), probs=torch.stack(rows),  # [m·γ], [m·γ, V]
-                        calls=self.num_drafts * gamma, parents=_chains_to_tree(chains))
+                        calls=len(known), parents=_chains_to_tree(chains))
 
 
 class TopKTreeDrafter(LMDrafter):
