@@ -29,14 +29,19 @@ Files in ``DIR``:
 - ``records.jsonl``    one record per (variant, prompt_id, repeat), appended and flushed as each finishes;
                        a restart skips those already written;
 - ``provenance.json``  git revision, versions, device, CPU flags, the dtype of every variant and why, threads,
-                       load, seeds, the device profile of every session, and the T = 0 cross-check (records whose
-                       tokens differ from ar or their counterpart at the same dtype);
+                       load, seeds, the device profile of every session, the T = 0 cross-check (records whose
+                       tokens differ from ar or their counterpart at the same dtype) and, under ``failed``, each
+                       method that raised in the last call: its error and where;
 - ``summary.csv``      per variant: tokens/s, speedup vs the ``ar`` baseline, α, tokens per target call, c, β,
                        the predicted speedup and efficiency = measured / predicted, whether the rule is lossless,
                        and quality and energy: perplexity of the outputs under the target (MJSD paper Eq. 1,
                        pooled over tokens), ROUGE-L against the suite's references, joules per token (NVML on
-                       CUDA, RAPL on a CPU that exposes it, else empty with the reason in the provenance);
-                       written at the end.
+                       CUDA, RAPL on a CPU that exposes it, else empty with the reason in the provenance),
+                       and the error of a method that failed; written at the end.
+
+A method that raises (building its drafter, warming up or on a prompt) is marked failed, said on stderr, and runs
+no further in that call; every other method still runs and is written and summarised. Its records written before
+the failure stay, and a restart into ``DIR`` tries its missing records again.
 """
 from __future__ import annotations
 
@@ -49,7 +54,7 @@ import platform
 import statistics
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Sequence
 
@@ -248,6 +253,8 @@ class BenchResult:
     records: list[dict]
     summary: list[dict]
     provenance: dict
+    # variant label -> {"error": exception type, "message", "where"}: the methods that raised in this call
+    failed: dict[str, dict] = field(default_factory=dict)
 
 
 # -------------------------------------------------------------------------------------- run files
@@ -541,22 +548,36 @@ def run_bench(config: BenchConfig, out: str | Path, *, target: LoadedModel | Non
     by_label = {v.label: v for v in resolved}
     profiles = _session_profiles(provenance["sessions"])
 
-    # Drafters and γ policies, one per variant.
-    for v in resolved:
-        if REGISTRY.get(v.method) and REGISTRY[v.method].build is not None and v.label not in drafters:
+    failed: dict[str, dict] = {}  # variant label -> what it raised and where: one method never takes the others down
+
+    def attempt(label: str, where: str, work: Callable[[], object]) -> object | None:
+        """``work()`` for variant ``label``, or None if it raised: then the variant is marked failed (stderr,
+        provenance, summary) and not tried again in this call."""
+        if label in failed:
+            return None
+        try:
+            return work()
+        except Exception as err:  # any method's bug or refusal: recorded, and the other methods go on
+            failed[label] = {"error": type(err).__name__, "message": str(err), "where": where}
+            print(f"specrepro bench: {label} failed ({where}): {type(err).__name__}: {err}", file=sys.stderr)
+            return None
+
+    # Drafters, one per variant, and the tree sizes of token-tree drafters: named (tN, then --tree-size), else the
+    # hardware-aware size on this run's first profile; kept in the provenance so that a resumed run uses the same
+    # trees.
+    sizes = provenance.setdefault("tree_sizes", {})
+
+    def set_up(v: Variant) -> None:
+        if REGISTRY[v.method].build is not None and v.label not in drafters:
             if v.method in drafters:
                 drafters[v.label] = drafters[v.method]
-                continue
-            t, d = models.at(v.dtype)
-            source = {"draft model": d, "n-gram table": config.ngram_table}.get(REGISTRY[v.method].needs)
-            drafters[v.label] = drafter_for(source, v.method, t, config.decode_config(v.method, 0, params=v.params))
-
-    # Tree sizes: named (tN, then --tree-size), else the hardware-aware size on this run's first profile; kept
-    # in the provenance so that a resumed run uses the same trees.
-    sizes = provenance.setdefault("tree_sizes", {})
-    for v in resolved:
+            else:
+                t, d = models.at(v.dtype)
+                source = {"draft model": d, "n-gram table": config.ngram_table}.get(REGISTRY[v.method].needs)
+                drafters[v.label] = drafter_for(source, v.method, t,
+                                                config.decode_config(v.method, 0, params=v.params))
         if v.method not in TREE_METHODS:
-            continue
+            return
         if v.label not in sizes:
             if v.tree_size or config.tree_size:
                 sizes[v.label] = {"size": v.tree_size or config.tree_size, "reason": "named"}
@@ -565,6 +586,9 @@ def run_bench(config: BenchConfig, out: str | Path, *, target: LoadedModel | Non
                 sizes[v.label] = {"size": size.size, "reason": size.reason}
         if drafters[v.label].tree_size != sizes[v.label]["size"]:
             drafters[v.label] = drafters[v.label].resized(sizes[v.label]["size"])  # one drafter per size
+
+    for v in resolved:
+        attempt(v.label, "setting up its drafter", lambda: set_up(v))
     atomic_write_text(prov_path, json.dumps(provenance, indent=1) + "\n")
 
     def policy(v: Variant):
@@ -593,6 +617,13 @@ def run_bench(config: BenchConfig, out: str | Path, *, target: LoadedModel | Non
         rec.set_energy(energy.joules, energy.source, energy.reason)
         return rec
 
+    def record(label: str, prompt: BenchPrompt, repeat: int) -> dict:
+        """One timed run as the row ``records.jsonl`` keeps, with its quality scores."""
+        rec, v = run_one(label, prompt, repeat), by_label[label]
+        return {**rec.to_dict(), "method": label, "base_method": v.method, "prompt_id": prompt.id, "repeat": repeat,
+                "seed": config.seed + repeat, "target": config.target,
+                "draft": config.draft if v.method in DRAFT_MODEL_METHODS else None, **quality(rec, prompt)}
+
     def quality(rec, prompt: BenchPrompt) -> dict:
         """MJSD paper Eq. (1) under the run's reference target (one dtype for every variant), and ROUGE-L."""
         if not config.quality:
@@ -620,41 +651,43 @@ def run_bench(config: BenchConfig, out: str | Path, *, target: LoadedModel | Non
         if config.warmup_tokens > 0:
             for v in resolved:
                 if v.label not in skipped:
-                    run_one(v.label, prompts[0], 0, min(config.warmup_tokens, config.max_new_tokens))
+                    attempt(v.label, "warm-up", lambda: run_one(v.label, prompts[0], 0,
+                                                                 min(config.warmup_tokens, config.max_new_tokens)))
         bar = tqdm(total=len(done) + len(todo), initial=len(done), desc=f"bench {out.name}", file=sys.stderr,
                    disable=not progress, unit="run")
+        written = 0
         with open(out / "records.jsonl", "a") as handle:
             for prompt, repeat, label in todo:
-                rec = run_one(label, prompt, repeat)
-                v = by_label[label]
-                row = rec.to_dict()
-                row.update(method=label, base_method=v.method, prompt_id=prompt.id, repeat=repeat,
-                           seed=config.seed + repeat, target=config.target,
-                           draft=config.draft if v.method in DRAFT_MODEL_METHODS else None, **quality(rec, prompt))
+                row = attempt(label, f"prompt {prompt.id}, repeat {repeat}", lambda: record(label, prompt, repeat))
+                if row is None:
+                    bar.update(1)
+                    continue
                 handle.write(json.dumps(row) + "\n")
                 handle.flush()
                 os.fsync(handle.fileno())
                 records.append(row)
+                written += 1
                 bar.update(1)
                 if on_record is not None:
                     on_record(row)
         bar.close()
         session["finished_utc"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
-        session["records_written"] = len(todo)
+        session["records_written"] = written
         atomic_write_text(prov_path, json.dumps(provenance, indent=1) + "\n")
 
     greedy = config.temperature == 0
     baseline = next((v.label for v in resolved if v.label == "ar"), next((v.label for v in resolved
                                                                           if v.method == "ar"), None))
-    summary = summarize(records, resolved, greedy, profiles, baseline)
+    summary = summarize(records, resolved, greedy, profiles, baseline, failed)
     write_summary(out, summary)
+    provenance["failed"] = failed
     # The T = 0 cross-check: every method should reproduce greedy decoding token for token; in bf16 a
     # (γ+1)-token forward can round differently from a 1-token one and flip a near-tie argmax.
     provenance["t0_mismatches"] = mismatches(records, resolved, greedy)
     atomic_write_text(prov_path, json.dumps(provenance, indent=1) + "\n")
     for line in provenance["t0_mismatches"]:
         print(f"specrepro bench: T=0 tokens differ: {line}", file=sys.stderr)
-    return BenchResult(out=out, records=records, summary=summary, provenance=provenance)
+    return BenchResult(out=out, records=records, summary=summary, provenance=provenance, failed=failed)
 
 
 def _session_profiles(sessions: list[dict]) -> dict[str, Profile]:

@@ -25,7 +25,7 @@ from .metrics.profile import Latency, Profile
 SUMMARY_COLUMNS = ("method", "base_method", "dtype", "gamma", "n", "new_tokens", "wall_time_s", "tokens_per_s",
                    "speedup", "speedup_median", "alpha", "tokens_per_call", "mean_proposed", "c", "beta", "predicted_speedup",
                    "efficiency", "identical_to_ar", "identical_to_counterpart", "lossless", "perplexity", "rouge_l",
-                   "joules_per_token")
+                   "joules_per_token", "error")
 
 
 def predicted_speedup(alpha: float | None, gamma: int, c: float, beta: float) -> float | None:
@@ -109,10 +109,12 @@ def reference_label(variant, variants, base: str) -> str | None:
 
 
 def summarize(records: list[dict], variants: list, greedy: bool, profiles: dict[str, Profile],
-              baseline: str | None) -> list[dict]:
+              baseline: str | None, failed: dict[str, dict] | None = None) -> list[dict]:
     """One row per variant (``SUMMARY_COLUMNS``); totals pooled over prompts and repeats. ``variants`` are
     resolved (each has a concrete dtype); ``profiles`` maps dtype -> that dtype's session profile;
-    ``baseline`` is the label of the autoregressive variant speedups are measured against."""
+    ``baseline`` is the label of the autoregressive variant speedups are measured against; ``failed`` maps the
+    label of a variant that raised to its error ({"error": type, "message", "where"}), shown in its row."""
+    failed = failed or {}
     by_key = {(r["method"], r["prompt_id"], r["repeat"]): r for r in records}
     by_label = {v.label: v for v in variants}
     rows = []
@@ -156,6 +158,7 @@ def summarize(records: list[dict], variants: list, greedy: bool, profiles: dict[
             "identical_to_counterpart": (_identical(rs, by_key, reference_label(v, variants, COUNTERPART[v.method]))
                                          if greedy and v.method in COUNTERPART else None),
             "lossless": lossless(v.method, rs), **quality_and_energy(rs),
+            "error": (f"{failed[v.label]['error']}: {failed[v.label]['message']}" if v.label in failed else None),
         })
     base_tps = next((r["tokens_per_s"] for r in rows if r["method"] == baseline), None)
     for row in rows:

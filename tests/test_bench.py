@@ -9,12 +9,12 @@ import torch
 
 from simulations.speculative import expected_tokens
 from specrepro.bench import (SUMMARY_COLUMNS, BenchConfig, BenchPrompt, ResumeMismatch, Variant, load_records,
-                             predicted_speedup, run_bench, target_corpus)
+                             predicted_speedup, read_summary, run_bench, target_corpus)
 from specrepro.bench_summary import predicted_from_steps
 from specrepro.metrics.profile import Profile
 from specrepro.config import DecodeConfig, SamplingConfig
 from specrepro.draft_model import draft_from_target
-from specrepro.drafters import fit_ngram
+from specrepro.drafters import LMDrafter, fit_ngram
 from specrepro.generate import generate_ids
 from specrepro.hf_baselines import as_assistant
 from specrepro.models import LoadedModel, layer_skip_draft, tiny_model
@@ -143,6 +143,42 @@ def test_refuses_to_resume_with_other_arguments(tmp_path, pair, table_path):
                             None)  # same name, other weights
     with pytest.raises(ResumeMismatch, match="weights_digest"):
         run(cfg, tmp_path, (target, retrained))
+
+
+class BreaksOn(LMDrafter):
+    """The draft model's chain, except that it raises on one prompt: a method with a bug."""
+
+    def __init__(self, model, prompt: list[int]):
+        super().__init__(model)
+        self.prompt = prompt
+
+    def propose(self, ids, gamma, sampling, generator):
+        if ids[:len(self.prompt)] == self.prompt:
+            raise RuntimeError("the drafter broke")
+        return super().propose(ids, gamma, sampling, generator)
+
+
+def test_a_failing_method_never_takes_the_others_down(tmp_path, pair, table_path, capsys):
+    """speculative raises on prompt b, medusa cannot even be built (no heads for a tiny target): both are recorded
+    as failed, with their errors in the result, the summary, the provenance and on stderr; every other method is
+    written and summarised; a restart tries only the missing records again."""
+    cfg = config(table_path, methods=("ar", "speculative", "prompt-lookup", "medusa"), repeats=1)
+    result = run(cfg, tmp_path, pair, drafters={"speculative": BreaksOn(pair[1].model, PROMPTS[1].ids)})
+    assert set(result.failed) == {"speculative", "medusa"}
+    assert result.failed["speculative"] == {"error": "RuntimeError", "message": "the drafter broke",
+                                            "where": "prompt b, repeat 0"}
+    assert "no medusa heads in the zoo for target 'tiny'" in result.failed["medusa"]["message"]
+    assert "speculative failed (prompt b, repeat 0): RuntimeError: the drafter broke" in capsys.readouterr().err
+    rows = {r["method"]: r for r in read_summary(tmp_path)}
+    assert rows["ar"]["n"] == rows["prompt-lookup"]["n"] == len(PROMPTS) and rows["ar"]["error"] is None
+    assert rows["speculative"]["n"] == 1 and rows["speculative"]["error"] == "RuntimeError: the drafter broke"
+    assert rows["medusa"]["n"] == 0 and rows["medusa"]["error"].startswith("ValueError: no medusa heads")
+    assert json.loads((tmp_path / "provenance.json").read_text())["failed"] == result.failed
+
+    written = []
+    again = run(cfg, tmp_path, pair, on_record=written.append)  # speculative with its own drafter now
+    assert [(r["method"], r["prompt_id"]) for r in written] == [("speculative", "b"), ("speculative", "c")]
+    assert set(again.failed) == {"medusa"} and {r["method"]: r for r in again.summary}["speculative"]["n"] == 3
 
 
 class PlainDraft(torch.nn.Module):
