@@ -6,6 +6,7 @@ import dataclasses
 import json
 import sys
 
+from .cli import Parser, existing_file, positive_int
 from .config import ACCEPTANCE_RULES, ONLINE_DIVERGENCES, ONLINE_EXAMPLES, PRESETS, DecodeConfig, MethodParams, SamplingConfig
 
 
@@ -185,7 +186,7 @@ def cmd_generate(args: argparse.Namespace) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="python -m specrepro", description=__doc__)
+    parser = Parser(prog="python -m specrepro", description=__doc__)
     sub = parser.add_subparsers(dest="cmd", required=True)
     gen = sub.add_parser("generate", help="generate text with one method")
     gen.add_argument("--method", default="speculative",
@@ -193,11 +194,12 @@ def build_parser() -> argparse.ArgumentParser:
                           "bild, spectr, multi-draft, mentored, staged or fused")
     src = gen.add_mutually_exclusive_group(required=True)
     src.add_argument("--prompt", help="one prompt text")
-    src.add_argument("--prompts", help='JSON Lines file, one {"prompt": ...} per line')
+    src.add_argument("--prompts", type=existing_file, help='JSON Lines file, one {"prompt": ...} per line')
     add_decode_args(gen)
     gen.add_argument("--json", action="store_true", help="print one JSON object per prompt (JSON Lines)")
-    gen.add_argument("--ngram-table", default=None, help="n-gram table (.npz) for --method unigram / bigram")
-    gen.add_argument("--threads", type=int, default=None, help="torch.set_num_threads (default: torch's)")
+    gen.add_argument("--ngram-table", type=existing_file, default=None,
+                     help="n-gram table (.npz) for --method unigram / bigram")
+    gen.add_argument("--threads", type=positive_int, default=None, help="torch.set_num_threads (default: torch's)")
     gen.set_defaults(func=cmd_generate)
 
     cal = sub.add_parser("calibrate", help="measure the device profile: c, L_fp(n), β(n) per dtype (cached)")
@@ -205,7 +207,7 @@ def build_parser() -> argparse.ArgumentParser:
     cal.add_argument("--draft", default=None, help="draft model (for c); none: the target alone")
     cal.add_argument("--dtype", default="auto", help="auto (every candidate dtype of the device), bf16, fp16 or fp32")
     cal.add_argument("--device", default=None, help="cpu or cuda (default: cuda when available)")
-    cal.add_argument("--threads", type=int, default=None, help="torch.set_num_threads (default: torch's)")
+    cal.add_argument("--threads", type=positive_int, default=None, help="torch.set_num_threads (default: torch's)")
     cal.add_argument("--out", default=None, help="also write the profile(s) here (a .json file, or a folder)")
     cal.add_argument("--recalibrate", action="store_true", help="measure again even if a cached profile exists")
     cal.add_argument("--repeats", type=int, default=5, help="timed rounds per median")
@@ -220,13 +222,13 @@ def build_parser() -> argparse.ArgumentParser:
                             "prompt-lookup:auto:gauto, ppd:t20, mjsd:b4:tau0.5, spectr:m2")
     src = bench.add_mutually_exclusive_group(required=True)
     src.add_argument("--suite", help="offline suite: instruct, chat, math, summarize, humaneval or mixed")
-    src.add_argument("--prompts", help='JSON Lines file, one {"prompt": ...} per line')
+    src.add_argument("--prompts", type=existing_file, help='JSON Lines file, one {"prompt": ...} per line')
     bench.add_argument("--limit", type=int, default=None, help="run only the first N prompts")
     add_decode_args(bench)
     bench.add_argument("--repeats", type=int, default=1)
     bench.add_argument("--out", required=True, help="output directory (an interrupted run resumes there)")
-    bench.add_argument("--threads", type=int, default=None, help="torch.set_num_threads (default: torch's)")
-    bench.add_argument("--ngram-table", default=None, help="n-gram table (.npz) for unigram / bigram")
+    bench.add_argument("--threads", type=positive_int, default=None, help="torch.set_num_threads (default: torch's)")
+    bench.add_argument("--ngram-table", type=existing_file, default=None, help="n-gram table (.npz) for unigram / bigram")
     bench.add_argument("--warmup-tokens", type=int, default=16, help="tokens per warm-up run (0: no warm-up)")
     bench.add_argument("--no-progress", action="store_true", help="no progress bar")
     bench.add_argument("--no-quality", action="store_true",
@@ -291,6 +293,12 @@ def cmd_bench(args: argparse.Namespace) -> int:
     result = run_bench(config, args.out, progress=not args.no_progress)
     print(format_summary(result.summary))
     print(f"records, summary.csv and provenance.json in {result.out}")
+    if result.failed:  # the other methods' results are written; the run as a whole did not succeed
+        for label, err in result.failed.items():
+            print(f"specrepro: error: {label} failed ({err['where']}): {err['error']}: {err['message']}",
+                  file=sys.stderr)
+        print(f"specrepro: error: {len(result.failed)} method(s) failed: {', '.join(result.failed)}", file=sys.stderr)
+        return 1
     return 0
 
 

@@ -354,16 +354,15 @@ def gain_grid(result: dict, key: str = "gain") -> tuple[list[str], list[str], np
 
 def main(argv: list[str] | None = None) -> None:
     """``python -m specrepro.training.distillspec --out DIR [--steps N ...]``: the grid on the zoo pair."""
-    import argparse
-
+    from ..cli import Parser, positive_int
     from ..models import load_draft, load_model
 
-    parser = argparse.ArgumentParser(prog="python -m specrepro.training.distillspec", description=__doc__.split("\n\n")[0])
+    parser = Parser(prog="python -m specrepro.training.distillspec", description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", required=True, help="folder of the cells (resumed when it holds this configuration)")
     parser.add_argument("--cache", default=None, help="folder of the target's samples as tensors (default: --out)")
     parser.add_argument("--target", default="smollm2-135m-instruct")
     parser.add_argument("--draft", default="smollm2-135m-draft")
-    parser.add_argument("--threads", type=int, default=None)
+    parser.add_argument("--threads", type=positive_int, default=None)
     for f in dataclasses.fields(StudyConfig):
         if isinstance(f.default, tuple):
             parser.add_argument(f"--{f.name.replace('_', '-')}", default=",".join(f.default),

@@ -9,12 +9,12 @@ target's argmax on the same held-out conversations (``specrepro.training.ppd``).
 """
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import json
 import sys
 from pathlib import Path
 
+from ..cli import Parser, existing_folder, positive_int
 from ..models import load_model
 from ..provenance import atomic_write_text
 from .ppd import PPDTrainConfig, train_ppd
@@ -85,16 +85,17 @@ def gather(out: str | Path) -> dict:
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="python -m specrepro.training.ppd_ablations",
+    parser = Parser(prog="python -m specrepro.training.ppd_ablations",
                                      description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", required=True)
-    parser.add_argument("--data", required=True, help="a data folder made by specrepro.training.ppd")
+    parser.add_argument("--data", type=existing_folder, required=True,
+                        help="a data folder made by specrepro.training.ppd")
     parser.add_argument("--rows", default=",".join(ABLATIONS), help="comma-separated row names")
     parser.add_argument("--steps", type=int, default=200)
     parser.add_argument("--anchors", type=int, default=32)
     parser.add_argument("--val-conversations", type=int, default=10)
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--threads", type=positive_int, default=2)
     args = parser.parse_args(argv)
     names = [n for n in args.rows.split(",") if n]
     unknown = [n for n in names if n not in ABLATIONS]
