@@ -21,6 +21,7 @@ import functools
 import hashlib
 import json
 import os
+import shutil
 from pathlib import Path
 from typing import Any, Iterable
 
@@ -79,13 +80,17 @@ def run_key(*config: Any, code: Iterable[Path | str] = ()) -> str:
     return digest.hexdigest()[:16]
 
 
-def run_dir(name: str, *config: Any, code: Iterable[Path | str] = (), root: Path | None = None) -> Path:
+def run_dir(name: str, *config: Any, code: Iterable[Path | str] = (), root: Path | None = None,
+            fresh: bool = False) -> Path:
     """The cache folder of a run (created): ``<root or cache_root()>/runs/<name>-<key>/``, with ``key.json`` saying
-    what the key covers. The caller resumes from what it finds there and writes its progress there."""
+    what the key covers. The caller resumes from what it finds there and writes its progress there; ``fresh``
+    empties the folder first (recompute this run even though its key matches)."""
     if not name or "/" in name or name.startswith("."):
         raise ValueError(f"a run name is one plain folder name, got {name!r}")
     code = [Path(p).resolve() for p in code]
     folder = (root or cache_root()) / "runs" / f"{name}-{run_key(*config, code=code)}"
+    if fresh:
+        shutil.rmtree(folder, ignore_errors=True)
     folder.mkdir(parents=True, exist_ok=True)
     key_file = folder / "key.json"
     if not key_file.exists():

@@ -43,3 +43,11 @@ def test_a_field_added_to_a_config_changes_the_key():
 def test_bad_name(tmp_path):
     with pytest.raises(ValueError, match="plain folder name"):
         run_dir("a/b", Config(), root=tmp_path)
+
+
+def test_fresh_empties_the_folder(tmp_path):
+    folder = run_dir("bench", Config(), root=tmp_path)
+    (folder / "records.jsonl").write_text("{}\n")
+    assert (run_dir("bench", Config(), root=tmp_path) / "records.jsonl").exists()  # a matching key resumes
+    again = run_dir("bench", Config(), root=tmp_path, fresh=True)
+    assert again == folder and not (again / "records.jsonl").exists() and (again / "key.json").exists()
