@@ -33,7 +33,7 @@ models: venv
 	$(PY) -m specrepro.models prepare
 
 test: venv models
-	$(PY) -m pytest -q tests
+	$(PY) -m pytest -q --durations=15 tests
 
 figures: venv models
 	$(PY) notebooks/run_notebooks.py --profile $(PROFILE) $(if $(ONLY),--only $(ONLY)) $(if $(JOBS),--jobs $(JOBS))
