@@ -1166,6 +1166,18 @@ def evaluate(figures: Path, committed: Path | None) -> list[ReportRow]:
     """Every claim judged on ``figures`` and compared with ``committed``; never raises for one bad artifact."""
     run = Tables(figures)
     before = Tables(committed, "not in the committed copy") if committed is not None else None
+    profiles_now = {stem: c.profiles for stem, c in run_conditions(figures).items()}
+    profiles_then = {stem: c.profiles for stem, c in run_conditions(committed).items()} if committed else {}
+
+    def other_profile(csv_name: str) -> str | None:
+        """Why this artifact is not compared: this run used another profile than the committed copy (a smoke run's
+        tiny settings against the committed quick run), so its numbers differ by design; None if comparable."""
+        stem = csv_name.split("/")[0]
+        now, then = profiles_now.get(stem, frozenset()), profiles_then.get(stem, frozenset())
+        if now and then and not now & then:
+            return f"this run is profile {'/'.join(sorted(now))}, the committed copy {'/'.join(sorted(then))}"
+        return None
+
     rows = []
     for claim in CLAIMS:
         try:
@@ -1176,6 +1188,10 @@ def evaluate(figures: Path, committed: Path | None) -> list[ReportRow]:
             outcome = Outcome("—", NO_RESULT, f"could not read: {type(error).__name__}: {error}")
         movements = []
         for artifact, name in zip(claim.artifacts, _names([a.csv for a in claim.artifacts])):
+            reason = other_profile(artifact.csv)
+            if reason:
+                movements.append(Movement(NOT_COMPARED, f"{name}: {reason}"))
+                continue
             try:
                 movements.append(compare(artifact, run, before, name))
             except Exception as error:
