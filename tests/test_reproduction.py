@@ -196,3 +196,16 @@ def test_profile_and_machine_come_from_the_runners_timings(tmp_path):
     assert "| theory_moe | smoke | Intel Xeon | 0.2 | timings.json |" in text
     assert "| online_speculative_stream_sequences | smoke | Intel Xeon | 1.0 | timings.json |" in text
     assert "Committed copy: profile quick" in text  # the committed folder has no timings.json: its indexes say
+
+
+@needs_figures
+def test_another_profile_than_the_committed_copy_is_not_compared(tmp_path):
+    """A smoke run's tiny settings against the committed quick run: its numbers differ by design, not 'moved'."""
+    run, committed = copy_csvs(FIGURES, tmp_path / "run"), copy_csvs(FIGURES, tmp_path / "committed")
+    for folder, profile in ((run, "smoke"), (committed, "quick")):
+        (folder / "timings.json").write_text(json.dumps(
+            {"runs": {"theory_speculative": {"profile": profile, "cpu": "CPU X", "wall_s": 1.0}}}))
+    rewrite(run / rp.BETA_BOUND, lambda rows: rows[0].update(ours="2.7"))
+    bound = row_for(rp.evaluate(run, committed), "the β bound example")
+    assert bound.movement == rp.NOT_COMPARED
+    assert "this run is profile smoke, the committed copy quick" in bound.movements[0].detail
