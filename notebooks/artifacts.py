@@ -41,7 +41,9 @@ def provenance(root: Path, **parameters) -> dict:
     for name in ("numpy", "scipy", "matplotlib"):
         module = sys.modules.get(name)
         versions[name] = getattr(module, "__version__", "not imported")
-    dirty = git("status", "--porcelain", "--untracked-files=no")
+    # What the notebooks write (figures/, notebooks/executed/) is not a change to the code: with two notebooks running
+    # at once, the other one's outputs would otherwise mark every run as made from an uncommitted tree.
+    dirty = git("status", "--porcelain", "--untracked-files=no", "--", ".", ":!figures", ":!notebooks/executed")
     return {
         "date_utc": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
         "git_revision": git("rev-parse", "HEAD") + (" (with uncommitted changes)" if dirty else ""),
@@ -150,6 +152,15 @@ def _timing_lines(path: Path) -> list[str]:
         where = run.get("cpu") + (f", GPU {run['gpu']}" if run.get("gpu") else "")
         lines.append(f"| `{name}` | {run.get('profile')} | {run['wall_s'] / 60:.1f} | {run.get('threads')} | "
                      f"{run.get('jobs')} | {_md(where)} | {run.get('finished_utc')} |")
+    calls = timings.get("calls", [])
+    if calls:
+        lines += ["", "Every `run_notebooks.py` call recorded here, newest first (a call that found its work in the run "
+                      "cache resumes it, so it is faster than one that computed everything):", "",
+                  "| started (UTC) | profile | notebook runs | wall time (min) | notebooks at a time | machine |",
+                  "|---|---|---|---|---|---|"]
+        for call in reversed(calls):
+            lines.append(f"| {call.get('started_utc')} | {call.get('profile')} | {len(call.get('runs', {}))} | "
+                         f"{call.get('wall_s', 0) / 60:.1f} | {call.get('jobs')} | {_md(call.get('cpu'))} |")
     return lines
 
 

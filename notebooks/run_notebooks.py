@@ -47,6 +47,7 @@ KERNEL = "python3"
 PROFILES = ("smoke", "quick", "full")
 SCRATCH = {"smoke": ROOT / "build" / "smoke"}  # profiles that never write over the committed figures
 HEARTBEAT_S = 60
+KEEP_CALLS = 10  # timings.json keeps this many past calls (each one's wall time and per-notebook times)
 
 sys.path[:0] = [str(NOTEBOOKS), str(ROOT)]
 from artifacts import write_index  # noqa: E402  (lives beside this script)
@@ -170,16 +171,29 @@ def expected_seconds(profile: str, names: list[str], figures: Path) -> dict[str,
 
 
 def record_timings(figures: Path, done: dict[str, dict], setup: dict) -> None:
-    """Merge this run's wall times into ``figures/timings.json`` (INDEX.md shows them) and into the cache."""
+    """Merge this run's wall times into ``figures/timings.json`` (INDEX.md shows them) and into the cache; the
+    call itself is appended to the list of recent calls, so a resumed run does not hide what a full one cost."""
     for path in (figures / "timings.json", timings_cache()):
         try:
             old = json.loads(path.read_text())
         except (OSError, ValueError):
             old = {}
         runs = {**old.get("runs", {}), **done}
+        call = {"started_utc": setup["started_utc"], "profile": setup["profile"], "jobs": setup["jobs"],
+                "wall_s": setup.get("wall_s"), "cpu": setup["machine"]["cpu"],
+                "runs": {name: run["wall_s"] for name, run in done.items()}}
+        earlier = old.get("calls")
+        if earlier is None and "last_run" in old:  # a timings.json from before calls were kept: its last call
+            last = old["last_run"]
+            earlier = [{"started_utc": last.get("started_utc"), "profile": last.get("profile"), "jobs": last.get("jobs"),
+                        "wall_s": last.get("wall_s"), "cpu": (last.get("machine") or {}).get("cpu"),
+                        "runs": {n: r["wall_s"] for n, r in old.get("runs", {}).items()
+                                 if r.get("finished_utc", "") >= (last.get("started_utc") or "")}}]
+        calls = ((earlier or []) + [call])[-KEEP_CALLS:]
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = path.with_suffix(".tmp")
-        tmp.write_text(json.dumps({"last_run": setup, "runs": dict(sorted(runs.items()))}, indent=1) + "\n")
+        tmp.write_text(json.dumps({"last_run": setup, "runs": dict(sorted(runs.items())), "calls": calls},
+                                  indent=1) + "\n")
         os.replace(tmp, path)
 
 
