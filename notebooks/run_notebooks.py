@@ -182,14 +182,7 @@ def record_timings(figures: Path, done: dict[str, dict], setup: dict) -> None:
         call = {"started_utc": setup["started_utc"], "profile": setup["profile"], "jobs": setup["jobs"],
                 "wall_s": setup.get("wall_s"), "cpu": setup["machine"]["cpu"],
                 "runs": {name: run["wall_s"] for name, run in done.items()}}
-        earlier = old.get("calls")
-        if earlier is None and "last_run" in old:  # a timings.json from before calls were kept: its last call
-            last = old["last_run"]
-            earlier = [{"started_utc": last.get("started_utc"), "profile": last.get("profile"), "jobs": last.get("jobs"),
-                        "wall_s": last.get("wall_s"), "cpu": (last.get("machine") or {}).get("cpu"),
-                        "runs": {n: r["wall_s"] for n, r in old.get("runs", {}).items()
-                                 if r.get("finished_utc", "") >= (last.get("started_utc") or "")}}]
-        calls = ((earlier or []) + [call])[-KEEP_CALLS:]
+        calls = (old.get("calls", []) + [call])[-KEEP_CALLS:]
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = path.with_suffix(".tmp")
         tmp.write_text(json.dumps({"last_run": setup, "runs": dict(sorted(runs.items())), "calls": calls},
