@@ -1,0 +1,15 @@
+"""The measuring code of the figure notebooks, one module per study (issue 22, item 6: notebooks only orchestrate).
+
+A notebook under ``notebooks/`` keeps its parameters cell, its provenance cell, the calls below, its plots and the
+tables it writes; everything that measures or computes a number lives here, where ``tests/studies/`` runs it on the
+tiny models of ``tests/conftest.py``.
+
+- :mod:`.common`: the run-cache folder and bench runner every study shares, the per-variant summary rows, the
+  paired tokens/s ratio and the prompt splits;
+- :mod:`.trees`: tokens per tree-verifying call of a tree drafter (Medusa and PPD notebooks);
+- :mod:`.survey`: mentored decoding on real rows, staged/fused decoding, β against batch size (survey and
+  mentored blogs);
+- :mod:`.mjsd`: the MJSD paper's tables and figures (its printed numbers, the validation choice, the claims);
+- :mod:`.ppd`: the PPD paper's tables and figures from the zoo records and one bench;
+- :mod:`.medusa`: the Medusa tree-size study.
+"""

@@ -1,0 +1,107 @@
+"""What every study notebook does the same way: a resumable run-cache folder, one interleaved bench in it, the
+summary rows by variant, means per run, the paired tokens/s ratio and the held-out split of a suite.
+
+Each notebook had its own copy of these (``bench_dir``/``cache_dir``, ``bench``, ``rows_of``, ``encoded``,
+``cached_json``, ``paired_ratio``); the copies are gone and the notebooks call this module.
+"""
+from __future__ import annotations
+
+import json
+import statistics
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+from ..bench import BenchConfig, BenchPrompt, BenchResult, encode_prompts, run_bench
+from ..bench_summary import _median_speedup
+from ..cache import run_dir
+from ..models import LoadedModel
+from ..provenance import atomic_write_text
+
+
+@dataclass(frozen=True)
+class StudyCache:
+    """A notebook's folders in the run cache, ``$SPECREPRO_CACHE/runs/<stem>-<part>-<key>/``, keyed by ``key`` and
+    the code (the package and the notebook's own file): a matching key resumes, anything else starts a new folder;
+    ``fresh`` empties it first. What a notebook writes under figures/ is a result and is never read back."""
+
+    stem: str  # the notebook's file stem: "mjsd_joint_decoding"
+    notebook: Path | None = None  # its .ipynb, hashed into every key; None: the package only
+    fresh: bool = False  # True: recompute (delete the matching folder first)
+    root: Path | None = None  # the cache root; None: specrepro.cache.cache_root()
+
+    def dir(self, part: str, *key: Any) -> Path:
+        name = f"{self.stem}-{part.replace('/', '-')}"
+        code = [self.notebook] if self.notebook is not None else []
+        return run_dir(name, *key, code=code, fresh=self.fresh, root=self.root)
+
+    def bench(self, name: str, config: BenchConfig, prompts: Sequence[BenchPrompt], *key: Any,
+              target: LoadedModel | None = None, draft: LoadedModel | None = None, echo: bool = True) -> BenchResult:
+        """One interleaved ``run_bench`` of ``config`` on ``prompts`` in the folder ``dir(name, config, *key,
+        prompt ids)``, resumed from what that folder holds."""
+        folder = self.dir(name, config, *key, [p.id for p in prompts])
+        t0 = time.perf_counter()
+        result = run_bench(config, folder, target=target, draft=draft, prompts=list(prompts), progress=False)
+        if echo:
+            print(f"bench {name}: {len(result.records)} records in {time.perf_counter() - t0:.0f} s ({folder})")
+        return result
+
+
+def cached_json(path: Path, compute: Callable[[], Any]) -> Any:
+    """``compute()``, kept as JSON at ``path`` (written whole or not at all) and read back by a run with the same
+    key: a grid computed one file per point resumes at the first point it has not measured."""
+    if path.exists():
+        return json.loads(path.read_text())
+    value = compute()
+    atomic_write_text(path, json.dumps(value))
+    return value
+
+
+def rows_of(result: BenchResult) -> dict[str, dict]:
+    """The bench summary's rows by variant label."""
+    return {r["method"]: r for r in result.summary}
+
+
+def records_of(result: BenchResult, label: str) -> list[dict]:
+    """The records of one variant, in run order."""
+    return [r for r in result.records if r["method"] == label]
+
+
+def run_means(records: Sequence[dict], key: str) -> dict[tuple[str, int], float]:
+    """(variant, repeat) -> the mean of ``key`` over that run's prompts."""
+    runs: dict[tuple[str, int], list] = {}
+    for rec in records:
+        runs.setdefault((rec["method"], rec["repeat"]), []).append(rec[key])
+    return {run: statistics.mean(values) for run, values in runs.items()}
+
+
+def paired_ratio(records: Sequence[dict], method: str, baseline: str) -> float | None:
+    """Median over (prompt, repeat) of ``method``'s tokens/s over ``baseline``'s on the same prompt and repeat
+    (the bench summary's ``speedup_median``, against any baseline)."""
+    by_key = {(r["method"], r["prompt_id"], r["repeat"]): r for r in records}
+    return _median_speedup([r for r in records if r["method"] == method], by_key, baseline)
+
+
+def suite_prompts(target: LoadedModel, suite: str, limit: int | None = None, *,
+                  references: bool = True) -> list[BenchPrompt]:
+    """The suite's prompts encoded for ``target`` (chat template), through ``bench.encode_prompts``; without their
+    reference answers when ``references`` is False (a bench then scores no ROUGE-L)."""
+    prompts = encode_prompts(target, f"suite:{suite}", limit, True)
+    return prompts if references else [replace(p, reference=None) for p in prompts]
+
+
+def cap(n: int | None, limit: int | None) -> int | None:
+    """At most ``limit`` of a profile's ``n`` (None: all)."""
+    return n if limit is None else (limit if n is None else min(n, limit))
+
+
+def holdout_split(prompts: Sequence, held_out: int) -> tuple[list, list]:
+    """(rest, held out): the last ``held_out`` prompts are the held-out split, disjoint from the rest by
+    construction."""
+    if held_out < 1:
+        raise ValueError(f"a held-out split needs at least one prompt, got {held_out}")
+    rest, last = list(prompts[:-held_out]), list(prompts[-held_out:])
+    assert not {p.id for p in rest} & {p.id for p in last}
+    return rest, last

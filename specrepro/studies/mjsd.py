@@ -1,0 +1,302 @@
+"""The measuring code of ``notebooks/mjsd_joint_decoding.ipynb``: the MJSD paper's (seed 000) Tables 1–5 and
+Figs. 1, 3, 4 on our pair, its printed numbers, and the claims checked against ours.
+
+Method parameters travel in bench variant labels (``mjsd:g4:b8:tau0.1``, ``bild:g10:f0.9:r2``, ``spectr:g4:m4``,
+``mjgd:g2:b8``), never as ``BenchConfig`` fields.
+"""
+from __future__ import annotations
+
+import statistics
+from collections.abc import Callable, Sequence
+
+from ..bench import BenchResult
+from .common import records_of, rows_of
+
+# The paper's Table 5 (Llama-2, ChatGPT-Prompts column): γ, MJSD's beams and threshold τ, BiLD's fallback τ1 and
+# rollback τ2 (γ = 10), SpecTr's number of drafts m.
+GAMMA, BILD_GAMMA = 4, 10
+BEAMS, TAU = 8, 0.1
+TAU1, TAU2 = 0.9, 2.0
+SPECTR_M = 4
+
+METHODS5 = ("greedy", "speculative", "BiLD", "SpecTr", "MJSD")  # the paper's Table 2 columns
+PAPER_T2 = {  # Table 2, means of four repeats: (kind, model) -> metric -> values in METHODS5 order
+    ("instruct", "Llama-2"): {"speed": (22.6, 36.8, 34.4, 45.1, 63.0), "speedup": (1.00, 1.63, 1.52, 1.99, 2.78),
+                              "energy": (11.7, 6.62, 7.45, 5.17, 3.38), "perplexity": (3.74, 3.64, 3.15, 3.64, 2.06)},
+    ("instruct", "OPT"): {"speed": (22.4, 33.8, 31.5, 38.0, 55.8), "speedup": (1.00, 1.51, 1.41, 1.70, 2.50),
+                          "energy": (13.2, 7.48, 8.75, 6.08, 3.61), "perplexity": (5.49, 5.47, 4.51, 5.27, 3.00)},
+    ("chat", "Llama-2"): {"speed": (22.0, 31.6, 28.8, 27.7, 44.1), "speedup": (1.00, 1.43, 1.31, 1.26, 2.00),
+                          "energy": (11.2, 6.98, 7.99, 7.20, 4.72), "perplexity": (2.11, 2.13, 1.95, 2.15, 1.88)},
+    ("chat", "OPT"): {"speed": (23.8, 35.6, 38.5, 28.4, 49.6), "speedup": (1.00, 1.49, 1.62, 1.19, 2.08),
+                      "energy": (11.3, 5.74, 5.12, 6.24, 4.03), "perplexity": (3.28, 3.32, 2.60, 3.16, 2.07)},
+    ("summarize", "Llama-2"): {"speed": (21.7, 30.7, 30.5, 25.0, 44.2), "speedup": (1.00, 1.41, 1.41, 1.15, 2.04),
+                               "energy": (11.3, 7.07, 7.41, 8.22, 4.80), "perplexity": (2.88, 2.87, 2.93, 3.06, 2.63)},
+    ("summarize", "OPT"): {"speed": (23.3, 31.7, 30.9, 23.7, 43.6), "speedup": (1.00, 1.36, 1.32, 1.01, 1.87),
+                           "energy": (11.5, 6.37, 6.71, 7.31, 4.86), "perplexity": (3.93, 3.97, 3.74, 4.04, 3.17)},
+}
+PAPER_MODELS = {"Llama-2": "Llama-2-13B / Llama-68M, L40", "OPT": "OPT-13B / OPT-125M, L40"}
+PAPER_T1 = [  # OPT-13B on two A10s: batch size, energy (J), energy/run, energy/input, time (s), time/run, time/input
+    (1, 42450, 14.1, 14.1, 1129, 0.376, 0.376), (2, 49621, 16.5, 8.26, 1191, 0.397, 0.198),
+    (4, 53325, 17.7, 4.43, 1178, 0.392, 0.098), (8, 59210, 19.7, 2.46, 1211, 0.403, 0.050),
+    (16, 74058, 24.7, 1.54, 1255, 0.418, 0.026)]
+PAPER_T3 = {  # ChatGPT-Prompts, MJSD with 2/4/6/8 beams: speed (token/s), energy (J/token), perplexity
+    "Llama-2": {2: (55.9, 2.43, 2.44), 4: (59.9, 2.25, 2.12), 6: (60.2, 2.22, 2.14), 8: (61.3, 2.20, 2.10)},
+    "OPT": {2: (51.0, 2.50, 3.63), 4: (54.1, 2.32, 3.16), 6: (54.3, 2.36, 3.42), 8: (55.9, 2.30, 3.19)}}
+PAPER_T4 = {"instruct": (360, 25.2), "chat": (43081, 277.7), "summarize": (11490, 3967.1)}  # test inputs, input len
+PAPER_T5 = {  # columns Llama CP, OPT CP, Llama CA, OPT CA, Llama CD, OPT CD
+    "speculative γ": (4,) * 6, "SpecTr γ": (4,) * 6, "SpecTr m": (4, 4, 2, 2, 4, 2), "BiLD γ": (10,) * 6,
+    "BiLD fallback τ1": (0.9, 0.9, 0.9, 0.3, 0.9, 0.3), "BiLD rollback τ2": (2, 2, 1, 2, 3, 2), "MJSD γ": (4,) * 6,
+    "MJSD beams": (8,) * 6, "MJSD τ": (0.1,) * 6}
+PAPER_CLAIMS = {"mjsd_speedup": 2.21, "mjsd_ppl_change": -0.212, "mjsd_over_speculative": 1.49,
+                "energy_vs_greedy": 2.84, "energy_vs_speculative": 1.62, "accept_ratio": 2.15}
+NAMES = {"greedy": "AR sampling (the paper's 'greedy')", "speculative": f"speculative ($\\gamma$={GAMMA})",
+         "BiLD": f"BiLD ($\\gamma$={BILD_GAMMA})", "SpecTr": f"SpecTr ($\\gamma$={GAMMA})",
+         "MJSD": f"MJSD ($\\gamma$={GAMMA}, {BEAMS} beams, $\\tau$={TAU:g})"}  # the methods' names on the charts
+
+
+def plain(name: str) -> str:
+    """A chart name without its TeX: the tables' method column."""
+    return NAMES[name].replace("$", "").replace("\\", "")
+
+
+def paper_mean(metric: str, num: str, den: str) -> float:
+    """Mean over the paper's six Table 2 columns of metric[num] / metric[den]."""
+    i, j = METHODS5.index(num), METHODS5.index(den)
+    return statistics.mean(v[metric][i] / v[metric][j] for v in PAPER_T2.values())
+
+
+# ------------------------------------------------------------------ variant labels
+
+
+def bild_label(tau1: float, tau2: float, gamma: int = BILD_GAMMA) -> str:
+    return f"bild:g{gamma}:f{tau1:g}:r{tau2:g}"
+
+
+def spectr_label(m: int, gamma: int = GAMMA) -> str:
+    return f"spectr:g{gamma}:m{m}"
+
+
+def mjsd_label(beams: int = BEAMS, tau: float = TAU, gamma: int = GAMMA) -> str:
+    return f"mjsd:g{gamma}:b{beams}:tau{tau:g}"
+
+
+def mjgd_label(k: int, beams: int = BEAMS) -> str:
+    return f"mjgd:g{k}:b{beams}"
+
+
+def table2_variants(chosen: dict) -> dict[str, str]:
+    """label -> the method's name in the paper's Table 2 columns, BiLD and SpecTr at the validation choice."""
+    return {"ar": "greedy", f"speculative:g{GAMMA}": "speculative", bild_label(chosen["tau1"], chosen["tau2"]): "BiLD",
+            spectr_label(chosen["m"]): "SpecTr", mjsd_label(): "MJSD"}
+
+
+# ------------------------------------------------------------------ Tables 4 and 5
+
+
+def table4_rows(kinds: dict[str, tuple], split: dict[str, dict], n_tokens: Callable[[str], int]) -> list[dict]:
+    """Ours (test and validation prompts, mean prompt and reference tokens) beside the paper's data sets."""
+    rows = []
+    for kind, (_, dataset, task) in kinds.items():
+        test = split[kind]["test"]
+        rows.append({"source": f"ours: suite '{kind}' (stands in for {dataset})", "task": task,
+                     "test_prompts": len(test), "validation_prompts": len(split[kind]["validation"]),
+                     "mean_prompt_tokens": statistics.mean(len(p.ids) for p in test),
+                     "mean_reference_tokens": statistics.mean(n_tokens(p.reference) for p in test)})
+    for kind, (_, dataset, task) in kinds.items():
+        n, length = PAPER_T4[kind]
+        rows.append({"source": f"paper: {dataset}", "task": task, "test_prompts": n, "validation_prompts": None,
+                     "mean_prompt_tokens": length, "mean_reference_tokens": None})
+    return rows
+
+
+def validation_rows(result: BenchResult, kind: str, bild_grid: Sequence[tuple[float, float]],
+                    spectr_grid: Sequence[int]) -> tuple[list[dict], dict]:
+    """(grid rows, choice) on one kind's validation split: every BiLD (τ1, τ2) and SpecTr m point, and the one
+    with the lowest perplexity of each, as the paper chose them (Appendix D)."""
+    grid = rows_of(result)
+    keep = ("perplexity", "rouge_l", "tokens_per_call", "new_tokens")
+    rows = [{"kind": kind, "method": "BiLD", "tau1": f, "tau2": r, "m": None,
+             **{k: grid[bild_label(f, r)][k] for k in keep}} for f, r in bild_grid]
+    rows += [{"kind": kind, "method": "SpecTr", "tau1": None, "tau2": None, "m": m,
+              **{k: grid[spectr_label(m)][k] for k in keep}} for m in spectr_grid]
+    best_bild = min((v for v in rows if v["method"] == "BiLD"), key=lambda v: v["perplexity"])
+    best_spectr = min((v for v in rows if v["method"] == "SpecTr"), key=lambda v: v["perplexity"])
+    return rows, {"tau1": best_bild["tau1"], "tau2": best_bild["tau2"], "m": best_spectr["m"]}
+
+
+def table5_rows(kinds: dict[str, tuple], chosen: dict[str, dict]) -> list[dict]:
+    """Each hyper-parameter per kind (chosen on the validation split or the paper's Table 5) beside the paper's."""
+    each = len(kinds)
+    ours = {"speculative γ": [GAMMA] * each, "SpecTr γ": [GAMMA] * each, "SpecTr m": [chosen[k]["m"] for k in kinds],
+            "BiLD γ": [BILD_GAMMA] * each, "BiLD fallback τ1": [chosen[k]["tau1"] for k in kinds],
+            "BiLD rollback τ2": [chosen[k]["tau2"] for k in kinds], "MJSD γ": [GAMMA] * each,
+            "MJSD beams": [BEAMS] * each, "MJSD τ": [TAU] * each}
+    how = {"SpecTr m": "best validation perplexity", "BiLD fallback τ1": "best validation perplexity",
+           "BiLD rollback τ2": "best validation perplexity"}
+    columns = [(c, m) for c in ("CP", "CA", "CD") for m in ("Llama", "OPT")]
+    rows = []
+    for name, values in ours.items():
+        row = {"hyper-parameter": name, "how_chosen": how.get(name, "the paper's Table 5")}
+        row.update({f"ours {kinds[k][0]} ({k})": v for k, v in zip(kinds, values)})
+        row.update({f"paper {m} {c}": v for (c, m), v in zip(columns, PAPER_T5[name])})
+        rows.append(row)
+    return rows
+
+
+# ------------------------------------------------------------------ Fig. 1, Table 2, Fig. 3, Table 3, Fig. 4
+
+
+def fig1_rows(result: BenchResult, ks: Sequence[int]) -> list[dict]:
+    """MJGD perplexity, ROUGE-L, speed and target calls per token against K (K = 1: argmax decoding)."""
+    rows = rows_of(result)
+    return [{"K": k, "perplexity": rows[mjgd_label(k)]["perplexity"], "rouge_l": rows[mjgd_label(k)]["rouge_l"],
+             "tokens_per_s": rows[mjgd_label(k)]["tokens_per_s"],
+             "target_calls_per_token": 1 / rows[mjgd_label(k)]["tokens_per_call"],
+             "identical_to_argmax": rows[mjgd_label(k)]["identical_to_ar"]} for k in ks]
+
+
+def table2_rows(kind: str, result: BenchResult, chosen: dict, source: str) -> list[dict]:
+    """Ours on one kind (every Table 2 method of the run), then the paper's rows for that kind."""
+    rows = rows_of(result)
+    spec_tps = rows[f"speculative:g{GAMMA}"]["tokens_per_s"]
+    table = []
+    for label, name in table2_variants(chosen).items():
+        r = rows[label]
+        table.append({"kind": kind, "source": source, "method": plain(name), "variant": label,
+                      "tokens_per_s": r["tokens_per_s"], "speedup": r["speedup"],
+                      "speed_over_speculative": r["tokens_per_s"] / spec_tps, "joules_per_token": r["joules_per_token"],
+                      "perplexity": r["perplexity"], "rouge_l": r["rouge_l"], "tokens_per_call": r["tokens_per_call"],
+                      "lossless": r["lossless"], "prompts": r["n"], "new_tokens": r["new_tokens"]})
+    for model, full in PAPER_MODELS.items():
+        v = PAPER_T2[kind, model]
+        for i, name in enumerate(METHODS5):
+            table.append({"kind": kind, "source": f"paper: {full}", "method": plain(name), "variant": None,
+                          "tokens_per_s": v["speed"][i], "speedup": v["speedup"][i],
+                          "speed_over_speculative": v["speed"][i] / v["speed"][1], "joules_per_token": v["energy"][i],
+                          "perplexity": v["perplexity"][i], "rouge_l": None, "tokens_per_call": None,
+                          "lossless": name in ("greedy", "speculative", "SpecTr"), "prompts": None,
+                          "new_tokens": None})
+    return table
+
+
+def accepted_per_iteration(result: BenchResult, label: str) -> list[int]:
+    """Draft tokens accepted per verifying target call (the token the target adds is not counted)."""
+    return [a for rec in records_of(result, label) for a in rec["accept_lengths"]]
+
+
+def fig3_row(kind: str, spec: list[int], mjsd: list[int]) -> dict:
+    """Mean accepted draft tokens per iteration of speculative decoding and MJSD on one kind, and their ratio."""
+    ratio = (statistics.mean(mjsd) / statistics.mean(spec) if spec and mjsd and statistics.mean(spec) > 0 else None)
+    return {"kind": kind, "speculative_mean_accepted": statistics.mean(spec) if spec else None,
+            "mjsd_mean_accepted": statistics.mean(mjsd) if mjsd else None, "ratio_mjsd_over_speculative": ratio,
+            "speculative_iterations": len(spec), "mjsd_iterations": len(mjsd),
+            "paper_ratio_mean_over_its_columns": PAPER_CLAIMS["accept_ratio"]}
+
+
+def table3_rows(result: BenchResult, beams: Sequence[int], source: str) -> list[dict]:
+    """MJSD (γ, τ of Table 5) at each beam count, then the paper's Table 3 rows."""
+    rows = rows_of(result)
+    table = [{"source": source, "beams": b, "tokens_per_s": rows[mjsd_label(b)]["tokens_per_s"],
+              "speedup": rows[mjsd_label(b)]["speedup"], "joules_per_token": rows[mjsd_label(b)]["joules_per_token"],
+              "perplexity": rows[mjsd_label(b)]["perplexity"], "rouge_l": rows[mjsd_label(b)]["rouge_l"],
+              "tokens_per_call": rows[mjsd_label(b)]["tokens_per_call"]} for b in beams]
+    for model, by_beams in PAPER_T3.items():
+        table += [{"source": f"paper: {PAPER_MODELS[model]}", "beams": b, "tokens_per_s": s, "speedup": None,
+                   "joules_per_token": e, "perplexity": p, "rouge_l": None, "tokens_per_call": None}
+                  for b, (s, e, p) in by_beams.items()]
+    return table
+
+
+def fig4_rows(result: BenchResult, taus: Sequence[float]) -> list[dict]:
+    """MJSD (γ, beams of Table 5) perplexity and speed at each threshold τ."""
+    rows = rows_of(result)
+    return [{"tau": t, "perplexity": rows[mjsd_label(tau=t)]["perplexity"],
+             "tokens_per_s": rows[mjsd_label(tau=t)]["tokens_per_s"], "speedup": rows[mjsd_label(tau=t)]["speedup"],
+             "tokens_per_call": rows[mjsd_label(tau=t)]["tokens_per_call"],
+             "rouge_l": rows[mjsd_label(tau=t)]["rouge_l"]} for t in taus]
+
+
+# ------------------------------------------------------------------ Table 1 and the claims
+
+
+def table1_rows(batching, source: str) -> list[dict]:
+    """Ours (time and energy per run of b inputs, relative to b = 1, and β(b, γ+1)), then the paper's Table 1."""
+    base = batching.cell(1, 1)
+    n = GAMMA + 1
+    rows = [{"source": source, **row, "time_per_run_vs_b1": row["time_per_run_s"] / base.latency.median_s,
+             "energy_per_run_vs_b1": None if base.energy_j is None or row["energy_per_run_j"] is None
+             else row["energy_per_run_j"] / base.energy_j,
+             f"beta_b_{n}": batching.beta(row["batch_size"], n)} for row in batching.table1()]
+    rows += [{"source": "paper: OPT-13B, 2x A10", "batch_size": b, "runs": int(round(t / tpr, -2)), "energy_j": e,
+              "energy_per_run_j": epr, "energy_per_input_j": epi, "time_s": t, "time_per_run_s": tpr,
+              "time_per_input_s": tpi, "time_per_run_vs_b1": tpr / PAPER_T1[0][5],
+              "energy_per_run_vs_b1": epr / PAPER_T1[0][2], f"beta_b_{n}": None}
+             for b, e, epr, epi, t, tpr, tpi in PAPER_T1]
+    return rows
+
+
+def per_kind(results: dict[str, BenchResult], fn: Callable[[dict, str], float | None]) -> tuple[dict, float | None]:
+    """(kind -> fn(summary rows, kind), the mean over the kinds where it is known)."""
+    values = {kind: fn(rows_of(result), kind) for kind, result in results.items()}
+    known = [v for v in values.values() if v is not None]
+    return values, (statistics.mean(known) if known else None)
+
+
+def verdict(ok: bool | None) -> str:
+    return "n/a" if ok is None else ("holds" if ok else "does not hold")
+
+
+def _fmt(values: dict, form: str) -> str:
+    return ", ".join(f"{k} {form.format(v) if v is not None else 'n/a'}" for k, v in values.items())
+
+
+def claims(results: dict[str, BenchResult], chosen: dict[str, dict], fig1: list[dict], fig3: list[dict],
+           table1: list[dict], energy_source: str) -> list[dict]:
+    """Each of the paper's headline claims: its number, ours (per kind and averaged over kinds, as the paper
+    averages its six Table 2 columns) and whether it holds here; the goals are issue 14's."""
+    mjsd, spec, bild = mjsd_label(), f"speculative:g{GAMMA}", lambda k: bild_label(chosen[k]["tau1"], chosen[k]["tau2"])
+    speedup, speedup_mean = per_kind(results, lambda r, k: r[mjsd]["speedup"])
+    ppl, ppl_mean = per_kind(results, lambda r, k: r[mjsd]["perplexity"] / r["ar"]["perplexity"] - 1)
+    ppl_bild, ppl_bild_mean = per_kind(results, lambda r, k: r[mjsd]["perplexity"] / r[bild(k)]["perplexity"] - 1)
+    over_spec, over_spec_mean = per_kind(results, lambda r, k: r[mjsd]["tokens_per_s"] / r[spec]["tokens_per_s"])
+    spectr_tpc, spectr_tpc_mean = per_kind(results, lambda r, k: r[spectr_label(chosen[k]["m"])]["tokens_per_call"]
+                                           / r[spec]["tokens_per_call"])
+    spectr_speed, spectr_speed_mean = per_kind(results, lambda r, k: r[spectr_label(chosen[k]["m"])]["tokens_per_s"]
+                                               / r[spec]["tokens_per_s"])
+    energy, energy_mean = per_kind(results, lambda r, k: None if not (r["ar"]["joules_per_token"]
+                                                                      and r[mjsd]["joules_per_token"])
+                                   else r["ar"]["joules_per_token"] / r[mjsd]["joules_per_token"])
+    accept = {r["kind"]: r["ratio_mjsd_over_speculative"] for r in fig3}
+    accept_known = [v for v in accept.values() if v is not None]
+    accept_mean = statistics.mean(accept_known) if accept_known else None
+    ppl_k = [r["perplexity"] for r in fig1]
+    t1 = {r["batch_size"]: r for r in table1 if r["source"].startswith("ours")}
+    b_max = max(t1)
+    return [
+        {"claim": "MJSD speedup over AR sampling ('greedy')", "paper": "2.21x (goal >= 1.5x)",
+         "ours": f"{speedup_mean:.2f}x ({_fmt(speedup, '{:.2f}x')})", "verdict": verdict(speedup_mean >= 1.5)},
+        {"claim": "MJSD perplexity change vs AR sampling", "paper": "-21.2% (goal <= -20%)",
+         "ours": f"{ppl_mean:+.1%} ({_fmt(ppl, '{:+.1%}')})", "verdict": verdict(ppl_mean <= -0.20)},
+        {"claim": "MJSD perplexity change vs BiLD (how §5.1 states the -21.2%)", "paper": "-21.2% (goal <= -20%)",
+         "ours": f"{ppl_bild_mean:+.1%} ({_fmt(ppl_bild, '{:+.1%}')})", "verdict": verdict(ppl_bild_mean <= -0.20)},
+        {"claim": "MJSD speed over speculative sampling", "paper": "1.49x (goal >= 1.3x)",
+         "ours": f"{over_spec_mean:.2f}x ({_fmt(over_spec, '{:.2f}x')})", "verdict": verdict(over_spec_mean >= 1.3)},
+        {"claim": "SpecTr tokens per target call over speculative's (same γ)",
+         "paper": f"not printed (its SpecTr/speculative speed: {paper_mean('speed', 'SpecTr', 'speculative'):.2f}x); "
+                  "holds: > 1x",
+         "ours": f"{spectr_tpc_mean:.2f}x ({_fmt(spectr_tpc, '{:.2f}x')}); speed {spectr_speed_mean:.2f}x",
+         "verdict": verdict(spectr_tpc_mean > 1)},
+        {"claim": "MJSD accepted tokens per iteration over speculative's (Fig. 3)", "paper": "2.15x; holds: > 1x",
+         "ours": "n/a" if accept_mean is None else f"{accept_mean:.2f}x ({_fmt(accept, '{:.2f}x')})",
+         "verdict": verdict(None if accept_mean is None else accept_mean > 1)},
+        {"claim": "AR sampling's energy per token over MJSD's", "paper": "2.84x; holds: > 1x",
+         "ours": f"{energy_mean:.2f}x ({_fmt(energy, '{:.2f}x')})" if energy_mean is not None else energy_source,
+         "verdict": verdict(None if energy_mean is None else energy_mean > 1)},
+        {"claim": "MJGD: perplexity falls from K = 1 to K = 2 and beyond (Fig. 1)", "paper": "yes (chart)",
+         "ours": " -> ".join(f"{p:.2f}" for p in ppl_k),
+         "verdict": verdict(len(ppl_k) > 1 and ppl_k[1] < ppl_k[0] and ppl_k[-1] < ppl_k[0])},
+        {"claim": f"one run of b = {b_max} inputs takes little more time than a run of 1 (Table 1; holds: under 2x)",
+         "paper": f"{PAPER_T1[-1][5] / PAPER_T1[0][5]:.2f}x at b = 16",
+         "ours": f"{t1[b_max]['time_per_run_vs_b1']:.2f}x at b = {b_max}",
+         "verdict": verdict(t1[b_max]["time_per_run_vs_b1"] < 2.0)},
+    ]
