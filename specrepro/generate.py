@@ -1,8 +1,6 @@
 """Text in, record out: tokenise (with the chat template), dispatch to a method, decode."""
 from __future__ import annotations
 
-from typing import Sequence
-
 from .adaptive import GammaPolicy
 from .autoregressive import autoregressive_generate
 from .config import DecodeConfig
@@ -11,33 +9,9 @@ from .drafters import Drafter, NGramTable
 from .methods import REGISTRY, drafter_for, method, rule_for
 from .mjgd import mjgd_generate
 from .models import LoadedModel
+from .prompts import Messages, encode_prompt
 from .record import GenerationRecord
 from .speculative import speculative_generate
-
-
-Messages = Sequence[tuple[str, str]]
-
-
-def encode_prompt(target: LoadedModel, prompt: str | Messages, chat_template: bool = True) -> list[int]:
-    """Token ids for a prompt: plain text, or (role, content) turns ending with the user's message.
-
-    Chat models get their chat template (with the assistant's generation prompt) unless turned off.
-    """
-    tok = target.tokenizer
-    if isinstance(prompt, str):
-        if not prompt.strip():
-            raise ValueError("the prompt is empty")
-        messages = [("user", prompt)]
-    else:
-        messages = list(prompt)
-        if not messages or not messages[-1][1].strip():
-            raise ValueError("the prompt is empty: the last message has no content")
-    if chat_template and getattr(tok, "chat_template", None):
-        ids = tok.apply_chat_template([{"role": r, "content": c} for r, c in messages],
-                                      add_generation_prompt=True, tokenize=True, return_dict=False)
-        return list(ids)
-    text = "\n\n".join(c for _, c in messages)
-    return tok(text, add_special_tokens=True)["input_ids"]
 
 
 def single_sequence(prompt_ids) -> list[int]:

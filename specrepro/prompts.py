@@ -36,9 +36,13 @@ import re
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
-from typing import Any, Callable, Iterable, Iterator
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, Sequence
+
+if TYPE_CHECKING:  # annotations only: prompts stay below the models
+    from .models import LoadedModel
 
 Message = tuple[str, str]  # (role, content); role is "system", "user" or "assistant"
+Messages = Sequence[Message]
 
 FILE_SUITES: tuple[str, ...] = ("instruct", "chat", "math", "summarize")
 MIXED_ORDER: tuple[str, ...] = ("instruct", "chat", "math", "summarize", "humaneval")
@@ -72,6 +76,28 @@ class Prompt:
     def history(self) -> tuple[Message, ...]:
         """The messages before the final user turn (empty for a single-turn prompt)."""
         return self.messages[:-1]
+
+
+def encode_prompt(target: LoadedModel, prompt: str | Messages, chat_template: bool = True) -> list[int]:
+    """Token ids for a prompt: plain text, or (role, content) turns ending with the user's message.
+
+    Chat models get their chat template (with the assistant's generation prompt) unless turned off.
+    """
+    tok = target.tokenizer
+    if isinstance(prompt, str):
+        if not prompt.strip():
+            raise ValueError("the prompt is empty")
+        messages = [("user", prompt)]
+    else:
+        messages = list(prompt)
+        if not messages or not messages[-1][1].strip():
+            raise ValueError("the prompt is empty: the last message has no content")
+    if chat_template and getattr(tok, "chat_template", None):
+        ids = tok.apply_chat_template([{"role": r, "content": c} for r, c in messages],
+                                      add_generation_prompt=True, tokenize=True, return_dict=False)
+        return list(ids)
+    text = "\n\n".join(c for _, c in messages)
+    return tok(text, add_special_tokens=True)["input_ids"]
 
 
 class PublicSetUnavailable(RuntimeError):
