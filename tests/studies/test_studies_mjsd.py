@@ -1,0 +1,118 @@
+"""specrepro.studies.mjsd: the MJSD paper's numbers, the labels that carry each method's parameters, the validation
+choice and the tables and claims built from bench results (hand-made, and one tiny bench of the labels)."""
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import pytest
+
+from conftest import loaded
+from specrepro.bench import BenchConfig, BenchPrompt, BenchResult, run_bench
+from specrepro.studies import mjsd
+
+pytestmark = pytest.mark.usefixtures("one_thread")
+
+
+def test_table5_constants_and_the_papers_averages():
+    assert (mjsd.GAMMA, mjsd.BILD_GAMMA, mjsd.BEAMS, mjsd.TAU, mjsd.TAU1, mjsd.TAU2, mjsd.SPECTR_M) == \
+        (4, 10, 8, 0.1, 0.9, 2.0, 4)
+    assert mjsd.PAPER_T5["MJSD beams"][0] == mjsd.BEAMS and mjsd.PAPER_T5["BiLD fallback τ1"][0] == mjsd.TAU1
+    # Table 2's columns average to the abstract's and §5.1's statements (their rounding)
+    assert mjsd.paper_mean("speed", "MJSD", "greedy") == pytest.approx(mjsd.PAPER_CLAIMS["mjsd_speedup"], abs=0.02)
+    assert mjsd.paper_mean("speed", "MJSD", "speculative") == pytest.approx(1.49, abs=0.02)
+    assert mjsd.paper_mean("energy", "greedy", "MJSD") == pytest.approx(2.84, abs=0.05)
+
+
+def test_labels():
+    assert mjsd.bild_label(0.9, 2.0) == "bild:g10:f0.9:r2" and mjsd.spectr_label(2) == "spectr:g4:m2"
+    assert mjsd.mjsd_label() == "mjsd:g4:b8:tau0.1" and mjsd.mjsd_label(tau=1.0) == "mjsd:g4:b8:tau1"
+    assert mjsd.mjgd_label(3) == "mjgd:g3:b8"
+    assert list(mjsd.table2_variants({"tau1": 0.3, "tau2": 1.0, "m": 2}).values()) == list(mjsd.METHODS5)
+
+
+def test_labels_carry_the_parameters_into_a_bench(tmp_path, tiny_pair):
+    target, draft = (loaded(m) for m in tiny_pair)
+    labels = ["ar", mjsd.bild_label(0.3, 1.0, gamma=2), mjsd.spectr_label(2, gamma=2),
+              mjsd.mjsd_label(beams=2, tau=0.1, gamma=2)]  # sampled (mjgd runs at T = 0 only)
+    config = BenchConfig(methods=tuple(labels), target="tiny", draft="tiny-draft", prompts="test", max_new_tokens=4,
+                         gamma=2, temperature=1.0, warmup_tokens=0, cost_repeats=1, quality=False)
+    result = run_bench(config, tmp_path, target=target, draft=draft, prompts=[BenchPrompt("a", [1, 2, 3])],
+                       progress=False)
+    assert [r["method"] for r in result.records] == labels and all(r["new_tokens"] == 4 for r in result.records)
+
+
+def result_of(summary, records=()):
+    return BenchResult(out=None, records=list(records), summary=summary, provenance={})
+
+
+def row(label, **values):
+    base = {"method": label, "perplexity": 2.0, "rouge_l": 0.2, "tokens_per_call": 1.5, "new_tokens": 8,
+            "tokens_per_s": 10.0, "speedup": 1.0, "joules_per_token": None, "lossless": True, "n": 1,
+            "identical_to_ar": None}
+    return base | values
+
+
+def test_validation_picks_the_lowest_perplexity():
+    grid = result_of([row(mjsd.bild_label(0.3, 1.0), perplexity=3.0), row(mjsd.bild_label(0.9, 1.0), perplexity=2.5),
+                      row(mjsd.spectr_label(2), perplexity=2.0), row(mjsd.spectr_label(4), perplexity=2.2)])
+    rows, chosen = mjsd.validation_rows(grid, "chat", [(0.3, 1.0), (0.9, 1.0)], [2, 4])
+    assert chosen == {"tau1": 0.9, "tau2": 1.0, "m": 2} and len(rows) == 4 and rows[0]["kind"] == "chat"
+    table5 = mjsd.table5_rows({"chat": ("CA", "ChatAlpaca", "multi-turn chat")}, {"chat": chosen})
+    by = {r["hyper-parameter"]: r for r in table5}
+    assert by["SpecTr m"]["ours CA (chat)"] == 2 and by["SpecTr m"]["how_chosen"] == "best validation perplexity"
+    assert by["MJSD beams"]["paper Llama CP"] == 8 and by["MJSD τ"]["ours CA (chat)"] == mjsd.TAU
+
+
+def kind_result(chosen, mjsd_tps=30.0):
+    labels = mjsd.table2_variants(chosen)
+    tps = dict(zip(labels, (10.0, 20.0, 15.0, 18.0, mjsd_tps)))
+    summary = [row(label, tokens_per_s=tps[label], speedup=tps[label] / 10,
+                   perplexity=1.5 if label.startswith("mjsd") else 2.0,
+                   tokens_per_call=2.0 if label.startswith(("mjsd", "spectr")) else 1.5) for label in labels]
+    records = [{"method": "speculative:g4", "accept_lengths": [1, 1, 2]},
+               {"method": mjsd.mjsd_label(), "accept_lengths": [2, 4]}]
+    return result_of(summary, records)
+
+
+def test_table2_fig3_and_claims():
+    chosen = {"tau1": 0.9, "tau2": 2.0, "m": 4}
+    results = {"instruct": kind_result(chosen)}
+    table2 = mjsd.table2_rows("instruct", results["instruct"], chosen, "ours")
+    ours = [r for r in table2 if r["source"] == "ours"]
+    assert len(ours) == 5 and len(table2) == 5 + 10 and ours[-1]["speed_over_speculative"] == 1.5
+    assert ours[0]["method"] == "AR sampling (the paper's 'greedy')" and ours[2]["variant"] == "bild:g10:f0.9:r2"
+    spec = mjsd.accepted_per_iteration(results["instruct"], "speculative:g4")
+    fig3 = [mjsd.fig3_row("instruct", spec, mjsd.accepted_per_iteration(results["instruct"], mjsd.mjsd_label()))]
+    assert fig3[0]["ratio_mjsd_over_speculative"] == pytest.approx(3 / (4 / 3))
+    fig1 = [{"perplexity": 3.0}, {"perplexity": 2.0}]
+    table1 = [{"source": "ours", "batch_size": 1, "time_per_run_vs_b1": 1.0},
+              {"source": "ours", "batch_size": 2, "time_per_run_vs_b1": 1.2}]
+    claims = {c["claim"]: c for c in mjsd.claims(results, {"instruct": chosen}, fig1, fig3, table1, "none")}
+    assert claims["MJSD speedup over AR sampling ('greedy')"]["verdict"] == "holds"  # 3.0x
+    assert claims["MJSD perplexity change vs AR sampling"]["ours"].startswith("-25.0%")
+    assert claims["AR sampling's energy per token over MJSD's"] == {
+        "claim": "AR sampling's energy per token over MJSD's", "paper": "2.84x; holds: > 1x", "ours": "none",
+        "verdict": "n/a"}
+    assert claims["MJGD: perplexity falls from K = 1 to K = 2 and beyond (Fig. 1)"]["verdict"] == "holds"
+    assert len(claims) == 9
+
+
+def test_fig1_table3_fig4_pick_their_labels():
+    summary = [row(mjsd.mjgd_label(k), perplexity=4.0 - k, tokens_per_call=float(k)) for k in (1, 2)]
+    summary += [row(mjsd.mjsd_label(beams=b), tokens_per_s=float(b)) for b in (2, 8)]
+    summary += [row(mjsd.mjsd_label(tau=t), perplexity=1 + t) for t in (0.0, 1.0)]
+    result = result_of(summary)
+    assert [r["target_calls_per_token"] for r in mjsd.fig1_rows(result, (1, 2))] == [1.0, 0.5]
+    table3 = mjsd.table3_rows(result, (2, 8), "ours")
+    assert [r["tokens_per_s"] for r in table3[:2]] == [2.0, 8.0] and len(table3) == 2 + 8
+    assert [r["perplexity"] for r in mjsd.fig4_rows(result, (0.0, 1.0))] == [1.0, 2.0]
+
+
+def test_table1_relative_to_one_input():
+    cell = SimpleNamespace(latency=SimpleNamespace(median_s=0.5), energy_j=None)
+    batching = SimpleNamespace(cell=lambda b, n: cell, beta=lambda b, n: 1.5,
+                               table1=lambda: [{"batch_size": b, "time_per_run_s": 0.5 * (1 + b / 10),
+                                                "energy_per_run_j": None} for b in (1, 2)])
+    table = mjsd.table1_rows(batching, "ours")
+    assert table[1]["time_per_run_vs_b1"] == pytest.approx(1.2) and table[1]["beta_b_5"] == 1.5
+    assert table[0]["energy_per_run_vs_b1"] is None and len(table) == 2 + len(mjsd.PAPER_T1)
