@@ -2,31 +2,13 @@
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import json
 import sys
 
 from .cli import Parser, existing_file, positive_int
-from .config import ACCEPTANCE_RULES, ONLINE_DIVERGENCES, ONLINE_EXAMPLES, PRESETS, DecodeConfig, MethodParams, SamplingConfig
-
-
-# The help (and choices) of each MethodParams field's flag.
-METHOD_FLAG_HELP: dict[str, tuple[str, tuple[str, ...] | None]] = {
-    "num_beams": ("mjsd: beams of the draft's beam sampling; mjgd: beams of the target's beam search", None),
-    "tau": ("mjsd: a prefix passes when min(1, p(x_1:j)/q(x_1:j)) > tau, tau in [0, 1]", None),
-    "fallback_threshold": ("bild: the draft stops where its max probability falls below this (τ1)", None),
-    "rollback_threshold": ("bild: roll back from the first token with −log p(x) above this (τ2, nats)", None),
-    "num_drafts": ("spectr, multi-draft: i.i.d. draft sequences verified together (m)", None),
-    "kl_bound": ("mentored: D, the bound on KL(target ‖ resulting distribution) per token (0: exact)", None),
-    "online_buffer": ("online: verification steps (with the target's rows) kept in the FIFO buffer", None),
-    "online_every": ("online: L, one update of the draft after every L served sequences", None),
-    "online_steps": ("online: optimiser steps per update", None),
-    "online_lr": ("online: the draft's learning rate", None),
-    "online_divergence": ("online: the distillation loss of the updates (DistillSpec's fkl, rkl, jsd, tvd)",
-                          ONLINE_DIVERGENCES),
-    "online_examples": ("online: train each verification step over its own context (steps), or each served sequence "
-                        "once with the target's rows on it (sequences: far cheaper updates)", ONLINE_EXAMPLES),
-}
+from .acceptance import TREE_RULES
+from .config import PRESETS, DecodeConfig, SamplingConfig
+from .methods import METHODS, OUR_METHODS, REGISTRY, Method, check_parameters_taken, method, parameter_fields
 
 
 def add_decode_args(p: argparse.ArgumentParser) -> None:
@@ -43,15 +25,16 @@ def add_decode_args(p: argparse.ArgumentParser) -> None:
                    help="draft tokens per step, or auto: chosen each step from the device profile and α so far")
     p.add_argument("--tree-size", type=int, default=None,
                    help="nodes of the draft tree for tree methods (medusa, ppd; default: the hardware-aware size)")
-    p.add_argument("--acceptance", default="exact", choices=ACCEPTANCE_RULES,
+    p.add_argument("--acceptance", default="exact", choices=tuple(TREE_RULES),
                    help="verification rule: exact (lossless, default), greedy (T = 0 only) or typical "
-                        "(Medusa's typical acceptance: LOSSY, faster at T > 0)")
-    defaults = MethodParams()
-    for field in dataclasses.fields(MethodParams):  # one flag per field, of its name (params_from reads them back)
-        text, choices = METHOD_FLAG_HELP[field.name]
-        value = getattr(defaults, field.name)
-        p.add_argument(f"--{field.name.replace('_', '-')}", type=type(value), default=value, choices=choices,
-                       help=text)
+                        "(Medusa's typical acceptance: LOSSY, faster at T > 0); spectr, mjsd, bild and mentored are "
+                        "their methods' own rules")
+    # One flag per method parameter, derived from the methods' Params: only the flags given are recorded, and a flag
+    # that none of the run's methods takes is an error (params_from).
+    for name, (field, takers) in parameter_fields().items():
+        p.add_argument(f"--{name.replace('_', '-')}", type=type(field.default), default=None,
+                       choices=field.metadata.get("choices"),
+                       help=f"{field.metadata['help']} (default {field.default}; methods: {', '.join(takers)})")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--dtype", default="auto",
                    help="auto (default: the fastest for the method per the device profile), bf16, fp16 or fp32")
@@ -70,9 +53,16 @@ def sampling_from(args: argparse.Namespace) -> SamplingConfig:
     return SamplingConfig(**given)
 
 
-def params_from(args: argparse.Namespace) -> MethodParams:
-    """The method parameters given on the command line (each ``MethodParams`` field has a flag of its name)."""
-    return MethodParams(**{f.name: getattr(args, f.name) for f in dataclasses.fields(MethodParams)})
+def given_params(args: argparse.Namespace) -> dict:
+    """The method parameters given on the command line: {field name: value} (each has a flag of its name)."""
+    return {name: getattr(args, name) for name in parameter_fields() if getattr(args, name, None) is not None}
+
+
+def params_from(args: argparse.Namespace, spec: Method):
+    """``spec``'s parameters from the command line; a parameter flag it does not take is one clear error."""
+    given = given_params(args)
+    check_parameters_taken(given, [spec])
+    return spec.params_from(given)
 
 
 def gamma_arg(value: str) -> int | str:
@@ -84,96 +74,61 @@ def gamma_arg(value: str) -> int | str:
         raise argparse.ArgumentTypeError(f"gamma must be an integer >= 1 or auto, got {value!r}") from None
 
 
-def plan_dtype_and_gamma(method: str, args: argparse.Namespace):
-    """The dtype to load (the profile's choice for ``--dtype auto``, and why) and the γ policy.
-
-    Profiles come from the cache (``python -m specrepro calibrate``), or are measured now and cached.
-    Returns (dtype, provenance for the records, γ policy or None for a fixed γ)."""
+def plan_generate(spec: Method, args: argparse.Namespace, config: DecodeConfig):
+    """The run's plan (``plan.plan_run``): dtype, γ policy and tree size with their reasons. Profiles come from the
+    cache (``python -m specrepro calibrate``), or are measured now and cached."""
     import torch
 
-    from .adaptive import AdaptiveGamma
-    from .methods import method_kind, tree_cost
-    from .metrics.profile import DEFAULT_ALPHA_PRIOR, candidate_dtypes, choose_dtype, cpu_info, dtype_name, get_profile
+    from .metrics.profile import candidate_dtypes, cpu_info, get_profile
     from .models import default_device, draft_alpha_prior
+    from .plan import RunRequest, lazy_profiles, plan_run
 
-    kind = method_kind(method)
     if args.threads is not None:
         torch.set_num_threads(args.threads)
     device = torch.device(args.device) if args.device else default_device()
-    draft = args.draft if kind == "draft model" else None
-    alpha = draft_alpha_prior(draft, sampling_from(args).temperature) if draft else None
-    profiles = {}
-
-    def profile(dtype: str):
-        if dtype not in profiles:
-            profiles[dtype] = get_profile(args.target, draft, dtype, device=device, threads=args.threads)
-        return profiles[dtype]
-    if args.dtype == "auto":
-        for dtype in candidate_dtypes(device):
-            profile(dtype)
-        choice = choose_dtype(profiles, kind, args.gamma, DEFAULT_ALPHA_PRIOR if alpha is None else alpha,
-                              tree_cost=tree_cost(method, args.draft, args.target, args.gamma))
-        dtype, why = choice.dtype, choice.reason
-    else:
-        dtype, why = dtype_name(args.dtype), "named with --dtype"
-    policy = None
-    if args.gamma == "auto" and kind != "plain":
-        policy = AdaptiveGamma.from_profile(profile(dtype), model_free=kind != "draft model", alpha_prior=alpha)
-    return dtype, {"dtype_reason": why, "cpu_kernel_flags": cpu_info()["kernel_flags"]}, policy
-
-
-def hardware_tree_size(args: argparse.Namespace, dtype: str, drafter, config: DecodeConfig):
-    """A token-tree drafter resized to the hardware-aware tree size on this device's profile (the registry's
-    chooser: Medusa maximises τ(n)/L_fp(n+1), PPD τ(n)/E[L_fp] over its tree states), and why."""
-    import dataclasses
-
-    from .methods import method
-    from .metrics.profile import get_profile
-
-    profile = get_profile(args.target, None, dtype, device=args.device, threads=args.threads)
-    size = method(args.method).choose_tree_size(drafter.config, profile, config.gamma)
-    return drafter.resized(size.size), dataclasses.replace(config, tree_size=size.size), size.reason
+    draft = args.draft if spec.cost.draft_cost else None
+    profiles = lazy_profiles(lambda dtype: get_profile(args.target, draft, dtype, device=device,
+                                                       threads=args.threads))
+    request = RunRequest(dtype=args.dtype, gamma=args.gamma, tree_size=args.tree_size, target=args.target,
+                         alpha_prior=draft_alpha_prior(draft, config.sampling.temperature) if draft else None,
+                         tree_weights=args.draft if spec.token_tree else None, candidates=candidate_dtypes(device),
+                         dtype_reason="named with --dtype", tree_size_reason="named with --tree-size")
+    plan = plan_run(spec, profiles, request)
+    return plan, {**plan.provenance(), "cpu_kernel_flags": cpu_info()["kernel_flags"]}
 
 
 def cmd_generate(args: argparse.Namespace) -> int:
     from .generate import generate
-    from .methods import OUR_METHODS, drafter_for, method
-    from .models import SELF_DRAFTS, load_draft, load_model
+    from .models import load_draft, load_model
+    from .methods import Needs
     from .prompts import load_prompts_file
 
-    if args.method not in OUR_METHODS:
-        raise ValueError(f"unknown method {args.method!r} for generate; choose one of {', '.join(OUR_METHODS)} "
-                         f"(transformers' baselines run in bench)")
     spec = method(args.method)
-    needs = spec.needs
-    config = spec.resolve(DecodeConfig(method=args.method, max_new_tokens=args.max_new_tokens, gamma=args.gamma,
-                                       sampling=sampling_from(args), tree_size=args.tree_size,
-                                       acceptance=args.acceptance, seed=args.seed, params=params_from(args)))
+    if spec.name not in OUR_METHODS:
+        raise ValueError(f"{spec.name!r} is a transformers baseline: it runs in bench (generate runs "
+                         f"{', '.join(OUR_METHODS)})")
+    config = spec.config(max_new_tokens=args.max_new_tokens, gamma=args.gamma, sampling=sampling_from(args),
+                         tree_size=args.tree_size, acceptance=args.acceptance, seed=args.seed,
+                         params=params_from(args, spec))
+    if spec.needs is Needs.NGRAM_TABLE and args.ngram_table is None:
+        raise ValueError(f"--method {spec.name} needs --ngram-table FILE (an .npz written by NGramTable.save)")
+    if spec.needs is Needs.DRAFT_MODEL and args.draft is None:
+        raise ValueError(f"--method {spec.name} needs --draft NAME")
     if args.prompt is not None:
         prompts = [("prompt", [("user", args.prompt)])]
     else:
         prompts = [(p.id, list(p.messages)) for p in load_prompts_file(args.prompts)]
-    if needs == "draft model" and args.draft is None:
-        raise ValueError(f"--method {args.method} needs --draft NAME")
-    if needs == "n-gram table" and args.ngram_table is None:
-        raise ValueError(f"--method {args.method} needs --ngram-table FILE (an .npz written by NGramTable.save)")
 
-    dtype, provenance, policy = plan_dtype_and_gamma(args.method, args)
-    target = load_model(args.target, dtype=dtype, device=args.device)  # once per invocation
-    draft = None
-    if needs == "draft model":
-        draft = load_draft(args.draft, target)
-    elif needs == "n-gram table":
-        draft = args.ngram_table
-    elif needs in SELF_DRAFTS:
-        draft = args.draft  # a folder or zoo name; None: the target's own in the zoo
-    if spec.token_tree:
-        draft = drafter_for(draft, args.method, target, config)
-        if args.tree_size is None:
-            draft, config, provenance["tree_size_reason"] = hardware_tree_size(args, dtype, draft, config)
+    plan, provenance = plan_generate(spec, args, config)
+    target = load_model(args.target, dtype=plan.dtype, device=args.device)  # once per invocation
+    source = {Needs.DRAFT_MODEL: lambda: load_draft(args.draft, target), Needs.NGRAM_TABLE: lambda: args.ngram_table,
+              Needs.MEDUSA_HEADS: lambda: args.draft, Needs.PPD_PROMPT_TOKENS: lambda: args.draft,
+              Needs.NOTHING: lambda: None}[spec.needs]()  # self-drafting: a folder or zoo name; None: the zoo's
+    config = plan.config(config)
+    draft = spec.build_drafter(source, target, config) if spec.drafter is not None else None
     for prompt_id, messages in prompts:
         rec = generate(target, messages, config, draft=draft, chat_template=not args.no_chat_template,
-                       gamma_policy=policy, provenance=provenance)
+                       gamma_policy=plan.gamma_policy, provenance=provenance)
         if args.json:
             d = rec.to_dict()
             d.update(prompt_id=prompt_id, target=args.target, draft=args.draft)
@@ -189,9 +144,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser = Parser(prog="python -m specrepro", description=__doc__)
     sub = parser.add_subparsers(dest="cmd", required=True)
     gen = sub.add_parser("generate", help="generate text with one method")
-    gen.add_argument("--method", default="speculative",
-                     help="ar, speculative, prompt-lookup, unigram, bigram, medusa, ppd, mjgd (K = --gamma), mjsd, "
-                          "bild, spectr, multi-draft, mentored, staged or fused")
+    gen.add_argument("--method", default="speculative", type=method_arg,
+                     help=f"one of {', '.join(OUR_METHODS)} (python -m specrepro methods: what each is)")
     src = gen.add_mutually_exclusive_group(required=True)
     src.add_argument("--prompt", help="one prompt text")
     src.add_argument("--prompts", type=existing_file, help='JSON Lines file, one {"prompt": ...} per line')
@@ -216,10 +170,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     bench = sub.add_parser("bench", help="benchmark methods on a prompt suite (see specrepro.bench)")
     bench.add_argument("--methods", required=True,
-                       help="comma-separated: ar, speculative, prompt-lookup, unigram, bigram, medusa, ppd, mjgd, mjsd, "
-                            "bild, spectr, multi-draft, hf-ar, hf-assisted, hf-prompt-lookup; each may carry its own "
-                            "dtype, γ, tree size, rule, beams, drafts and τ: speculative:fp32:g2, "
-                            "prompt-lookup:auto:gauto, ppd:t20, mjsd:b4:tau0.5, spectr:m2")
+                       help=f"comma-separated: {', '.join(METHODS)}; each may carry its own dtype, γ, tree size, "
+                            f"rule and parameters: {', '.join(example_labels())}")
     src = bench.add_mutually_exclusive_group(required=True)
     src.add_argument("--suite", help="offline suite: instruct, chat, math, summarize, humaneval or mixed")
     src.add_argument("--prompts", type=existing_file, help='JSON Lines file, one {"prompt": ...} per line')
@@ -235,7 +187,33 @@ def build_parser() -> argparse.ArgumentParser:
                        help="skip the quality scores (perplexity under the target, ROUGE-L) of every record")
     bench.add_argument("--gamma-max", type=int, default=16, help="largest γ that --gamma auto considers")
     bench.set_defaults(func=cmd_bench)
+
+    listing = sub.add_parser("methods", help="list every method: its loop, cost, needs, parameters and summary")
+    listing.set_defaults(func=cmd_methods)
     return parser
+
+
+def method_arg(value: str) -> Method:
+    try:
+        return method(value)
+    except ValueError as err:
+        raise argparse.ArgumentTypeError(str(err)) from None
+
+
+def example_labels() -> list[str]:
+    """One bench label per method with parameters, from its label fields: ``mjsd:b8:tau0.1``."""
+    out = ["speculative:fp32:g2", "prompt-lookup:auto:gauto", "ppd:t20"]
+    for spec in REGISTRY.values():
+        fields = spec.label_fields()
+        if fields:
+            out.append(":".join([spec.name] + [f"{k}{f.default}" for k, f in fields.items()]))
+    return out
+
+
+def cmd_methods(args: argparse.Namespace) -> int:
+    from .methods import methods_table
+    print(methods_table())
+    return 0
 
 
 def cmd_calibrate(args: argparse.Namespace) -> int:
@@ -274,7 +252,6 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
 
 
 def cmd_bench(args: argparse.Namespace) -> int:
-    import dataclasses
     from pathlib import Path
 
     from .bench import BenchConfig, format_summary, run_bench
@@ -286,7 +263,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
         draft=args.draft, prompts=source, limit=args.limit, max_new_tokens=args.max_new_tokens,
         temperature=sampling.temperature, top_k=sampling.top_k, top_p=sampling.top_p, preset=args.preset,
         gamma=args.gamma, gamma_max=args.gamma_max, tree_size=args.tree_size, acceptance=args.acceptance,
-        **dataclasses.asdict(params_from(args)), quality=not args.no_quality,
+        params=tuple(given_params(args).items()), quality=not args.no_quality,
         repeats=args.repeats, seed=args.seed, dtype=args.dtype, device=args.device, threads=args.threads,
         ngram_table=str(Path(args.ngram_table).resolve()) if args.ngram_table else None,
         chat_template=not args.no_chat_template, warmup_tokens=args.warmup_tokens)

@@ -4,13 +4,13 @@
         --target smollm2-135m-instruct --draft smollm2-135m-draft --suite mixed --max-new-tokens 64 \\
         --temperature 0 --gamma 4 --dtype auto --repeats 1 --out runs/bench
 
-A method may be listed as a *variant* with its own dtype, γ, tree size and acceptance rule, so one run compares
-them side by side: ``speculative:fp32:g2``, ``prompt-lookup:bf16:gauto``, ``ar:fp32``, ``ppd:t20``,
-``medusa:typical``, ``mjsd:b4:tau0.5``, ``spectr:m2``, ``bild:f0.3:r2`` (fields after the name in any order: a
-dtype bf16 | fp16 | fp32 | auto, gN or gauto, tN, a rule exact | greedy | typical | ..., bN beams, mN drafts, tauX
-MJSD's threshold, fX and rX BiLD's fallback and rollback thresholds).
-Unset fields take ``--dtype``, ``--gamma``, ``--tree-size``, ``--acceptance``, ``--num-beams``, ``--num-drafts`` and
-``--tau``.
+A method may be listed as a *variant* with its own dtype, γ, tree size, acceptance rule and parameters, so one run
+compares them side by side: ``speculative:fp32:g2``, ``prompt-lookup:bf16:gauto``, ``ar:fp32``, ``ppd:t20``,
+``medusa:typical``, ``mjsd:b4:tau0.5``, ``spectr:m2``, ``bild:f0.3:r2``, ``mentored:kl0.05`` (fields after the name in
+any order: a dtype bf16 | fp16 | fp32 | auto, gN or gauto, tN, a rule exact | greedy | typical, and the method's own
+parameters by the label prefix its ``Params`` declares: ``python -m specrepro methods`` lists them).
+Unset fields take ``--dtype``, ``--gamma``, ``--tree-size``, ``--acceptance`` and the parameter flags given
+(``--num-beams``, ``--tau``, ...), else the method's defaults.
 
 How the timings are kept fair:
 
@@ -60,21 +60,20 @@ from typing import Callable, Sequence
 
 import torch
 
-from .adaptive import AdaptiveGamma, FixedGamma
 from .bench_summary import (SUMMARY_COLUMNS, format_summary, mismatches, pooled_profile, predicted_speedup,
                             read_summary, summarize, write_summary)
-from .config import ACCEPTANCE_RULES, DecodeConfig, MethodParams, SamplingConfig
+from .acceptance import TREE_RULES
+from .config import DecodeConfig, SamplingConfig
 from .decoding import eos_ids, model_device
 from .drafters import Drafter
 from .generate import encode_prompt, generate_ids
 from .hf_baselines import assisted_unsupported, hf_generate
-from .methods import (DRAFT_MODEL_METHODS, HF_METHODS, METHODS, REGISTRY, TREE_METHODS, drafter_for, method_kind,
-                      tree_cost)
+from .methods import METHODS, Cost, Loop, Method, Needs, check_parameters_taken, method, parameter_fields
 from .metrics.energy import open_meter
 from .metrics.quality import perplexity, rouge_l
-from .metrics.profile import (DEFAULT_ALPHA_PRIOR, DEFAULT_NS, Profile, ProfileKey, candidate_dtypes, choose_dtype,
-                              cpu_info, dtype_name, measure)
+from .metrics.profile import DEFAULT_NS, Profile, ProfileKey, candidate_dtypes, cpu_info, dtype_name, measure
 from .models import LoadedModel, default_device, draft_alpha_prior, load_draft, load_model, parse_dtype
+from .plan import Plan, RunRequest, plan_run
 from .prompts import load_prompts_file, load_suite
 from .provenance import atomic_write_text, git_revision
 
@@ -86,22 +85,17 @@ ALL_METHODS = METHODS  # the registry's: ours and transformers' baselines
 DTYPE_FIELDS = ("auto", "bf16", "fp16", "fp32")
 
 
-# A variant's method-parameter fields: prefix -> (MethodParams field, type). Longer prefixes are tried first, so
-# "tau0.5" is never read as a tree size and the dtypes ("fp32") are matched before "f".
-PARAM_FIELDS = {"tau": ("tau", float), "kl": ("kl_bound", float), "b": ("num_beams", int),
-                "m": ("num_drafts", int), "f": ("fallback_threshold", float), "r": ("rollback_threshold", float)}
-
-
-def _param_field(field: str) -> tuple[str, int | float] | None:
-    """(MethodParams field, value) for a label field such as "b4", "tau0.5", "kl0.05" or "r2"; None otherwise."""
-    for prefix in sorted(PARAM_FIELDS, key=len, reverse=True):
-        name, kind = PARAM_FIELDS[prefix]
+def _param_field(spec: Method, field: str) -> tuple[str, int | float] | None:
+    """(parameter name, value) for a label field of ``spec``'s own parameters ("b4", "tau0.5", "kl0.05"), by the
+    label prefixes its Params declares; None when the field is none of them. Longer prefixes are tried first."""
+    fields = spec.label_fields()
+    for prefix in sorted(fields, key=len, reverse=True):
         if field.startswith(prefix):
-            text = field[len(prefix):]
-            if kind is int:  # digits only, >= 1
-                return (name, int(text)) if text.isdigit() and int(text) >= 1 else None
+            f, text = fields[prefix], field[len(prefix):]
+            if isinstance(f.default, int):  # digits only
+                return (f.name, int(text)) if text.isdigit() else None
             try:
-                return name, float(text)
+                return f.name, float(text)
             except ValueError:
                 return None
     return None
@@ -113,48 +107,50 @@ class ResumeMismatch(ValueError):
 
 @dataclass(frozen=True)
 class Variant:
-    """One column of a benchmark: a method at a dtype, a γ and (token-tree drafters) a tree size."""
+    """One column of a benchmark: a method at a dtype, a γ, (token-tree drafters) a tree size and its parameters."""
 
     label: str  # as listed: "speculative:fp32:g2", "medusa:t16"; the records' "method"
-    method: str  # the registered method: "speculative"
+    method: Method  # the registered method
     dtype: str | None  # bf16 | fp16 | fp32 | auto, or None for the run's default
     gamma: int | str  # γ or "auto"
     tree_size: int | None = None  # tN: nodes of the draft tree; None: --tree-size, else hardware-aware
-    acceptance: str | None = None  # exact | greedy | typical (LOSSY) | ...; None: --acceptance
-    params: tuple[tuple[str, object], ...] = ()  # MethodParams fields set by the label: bN, mN, tauX, fX, rX
+    acceptance: str | None = None  # exact | greedy | typical (LOSSY); None: --acceptance
+    params: tuple[tuple[str, object], ...] = ()  # the method's parameters set by the label: bN, mN, tauX, fX, rX
 
     @classmethod
     def parse(cls, label: str, default_dtype: str | None, default_gamma: int | str) -> "Variant":
-        method, *fields = label.split(":")
-        if method not in ALL_METHODS:
-            raise ValueError(f"unknown method {method!r} in {label!r}; choose from {', '.join(ALL_METHODS)}")
+        name, *fields = label.split(":")
+        if name not in METHODS:
+            raise ValueError(f"unknown method {name!r} in {label!r}; choose from {', '.join(METHODS)}")
+        spec = method(name)
         dtype, gamma, tree_size, acceptance, params = default_dtype, default_gamma, None, None, {}
-        for field in fields:
-            if field in DTYPE_FIELDS:
-                dtype = field
-            elif (param := _param_field(field)) is not None:
+        for part in fields:
+            if part in DTYPE_FIELDS:
+                dtype = part
+            elif (param := _param_field(spec, part)) is not None:
                 params[param[0]] = param[1]
-            elif field in ACCEPTANCE_RULES:
-                acceptance = field
-            elif field.startswith("t") and field[1:].isdigit() and int(field[1:]) >= 1:
-                tree_size = int(field[1:])
-            elif field == "gauto":
+            elif part in TREE_RULES:
+                acceptance = part
+            elif part.startswith("t") and part[1:].isdigit() and int(part[1:]) >= 1:
+                tree_size = int(part[1:])
+            elif part == "gauto":
                 gamma = "auto"
-            elif field.startswith("g") and field[1:].isdigit() and int(field[1:]) >= 1:
-                gamma = int(field[1:])
+            elif part.startswith("g") and part[1:].isdigit() and int(part[1:]) >= 1:
+                gamma = int(part[1:])
             else:
-                raise ValueError(f"bad field {field!r} in {label!r}: expected a dtype ({', '.join(DTYPE_FIELDS)}), "
-                                 f"gN (N >= 1), gauto, tN (tree size N >= 1), a rule ({', '.join(ACCEPTANCE_RULES)}), "
-                                 f"bN (beams), mN (drafts), tauX (MJSD's threshold), fX or rX (BiLD's τ1, τ2), "
-                                 f"klX (mentored D)")
-        if gamma == "auto" and method in HF_METHODS:
+                own = ", ".join(f"{k}X ({f.name})" for k, f in spec.label_fields().items())
+                raise ValueError(f"bad field {part!r} in {label!r}: expected a dtype ({', '.join(DTYPE_FIELDS)}), "
+                                 f"gN (N >= 1), gauto, tN (tree size N >= 1), a rule ({', '.join(TREE_RULES)})"
+                                 + (f", or {name}'s own {own}" if own else f" ({name} has no parameters)"))
+        if gamma == "auto" and spec.loop is Loop.TRANSFORMERS:
             raise ValueError(f"{label}: gamma auto is our loop's policy; transformers' baselines take a fixed γ")
-        if tree_size is not None and method not in TREE_METHODS:
-            raise ValueError(f"{label}: a tree size (tN) is for token-tree drafters ({', '.join(TREE_METHODS)})")
-        if acceptance is not None and REGISTRY[method].loop != "speculative":
+        if tree_size is not None and not spec.token_tree:
+            raise ValueError(f"{label}: a tree size (tN) is for token-tree drafters "
+                             f"({', '.join(m for m in METHODS if method(m).token_tree)})")
+        if acceptance is not None and spec.loop is not Loop.SPECULATIVE:
             raise ValueError(f"{label}: an acceptance rule is for our speculative loop")
-        MethodParams(**params)  # one clear error for a value out of range
-        return cls(label, method, dtype, gamma, tree_size, acceptance, tuple(sorted(params.items())))
+        spec.params(**params)  # one clear error for a value out of range
+        return cls(label, spec, dtype, gamma, tree_size, acceptance, tuple(sorted(params.items())))
 
 
 @dataclass(frozen=True)
@@ -175,18 +171,9 @@ class BenchConfig:
     tree_size: int | None = None  # nodes of a token-tree drafter (medusa, ppd); None: hardware-aware
     acceptance: str = "exact"  # verification rule of our loop: exact | greedy | typical (LOSSY) | ...
     preset: str | None = None  # the named warping temperature/top_k/top_p came from ("mjsd"), for the labels
-    num_beams: int = 8  # MJSD's draft beams, MJGD's target beams (MethodParams)
-    tau: float = 0.1  # MJSD's threshold on min(1, p(x_1:j)/q(x_1:j))
-    fallback_threshold: float = 0.9  # BiLD τ1
-    rollback_threshold: float = 2.0  # BiLD τ2
-    num_drafts: int = 4  # SpecTr / multi-draft m
-    kl_bound: float = 0.1  # mentored decoding's D
-    online_buffer: int = 128  # online decoding's buffer (verification steps), L, steps, lr and loss (MethodParams)
-    online_every: int = 8
-    online_steps: int = 1
-    online_lr: float = 1e-4
-    online_divergence: str = "fkl"
-    online_examples: str = "steps"
+    # method parameters given for the whole run (--tau 0.5): (name, value) pairs, each taken by some listed method;
+    # a variant's label overrides them, the method's Params defaults fill the rest
+    params: tuple[tuple[str, object], ...] = ()
     quality: bool = True  # score every record: perplexity under the target, ROUGE-L against the references
     repeats: int = 1
     seed: int = 0  # base seed; repeat r uses seed + r
@@ -211,10 +198,13 @@ class BenchConfig:
             raise ValueError(f"repeats must be >= 1, got {self.repeats}")
         if self.gamma_max < 1:
             raise ValueError(f"gamma_max must be >= 1, got {self.gamma_max}")
-        self.variants()  # validates every label
-        if self.temperature != 0 and any(REGISTRY[v.method].loop == "mjgd" for v in self.variants()):
+        object.__setattr__(self, "params", tuple(sorted(dict(self.params).items())))  # one order, as stored
+        variants = self.variants()  # validates every label
+        check_parameters_taken(dict(self.params), [v.method for v in variants])
+        if self.temperature != 0 and any(v.method.loop is Loop.MJGD for v in variants):
             raise ValueError("mjgd searches for the argmax of the joint likelihood: it runs at temperature 0 only")
-        self.decode_config("ar", 0)  # validates max_new_tokens, gamma, the sampling knobs
+        for v in variants:
+            self.decode_config(v, 0)  # validates max_new_tokens, gamma, the sampling knobs, the parameters
 
     def variants(self) -> list[Variant]:
         return [Variant.parse(m, self.dtype, self.gamma) for m in self.methods]
@@ -222,22 +212,29 @@ class BenchConfig:
     def sampling(self) -> SamplingConfig:
         return SamplingConfig(temperature=self.temperature, top_k=self.top_k, top_p=self.top_p)
 
-    def method_params(self, **changes) -> MethodParams:
-        """The run's method parameters (its fields named as ``MethodParams``'), with a variant's ``changes``."""
-        base = {f.name: getattr(self, f.name) for f in dataclasses.fields(MethodParams)}
-        return MethodParams(**{**base, **changes})
-
-    def decode_config(self, method: str, repeat: int, max_new_tokens: int | None = None,
-                      gamma: int | str | None = None, acceptance: str | None = None,
-                      params: tuple[tuple[str, object], ...] = ()) -> DecodeConfig:
-        config = DecodeConfig(method=method, max_new_tokens=max_new_tokens or self.max_new_tokens,
-                              gamma=self.gamma if gamma is None else gamma, sampling=self.sampling(),
-                              tree_size=self.tree_size, acceptance=acceptance or self.acceptance,
-                              seed=self.seed + repeat, params=self.method_params(**dict(params)))
-        return REGISTRY[method].resolve(config)
+    def decode_config(self, variant: Variant, repeat: int, max_new_tokens: int | None = None) -> DecodeConfig:
+        """The resolved DecodeConfig of ``variant`` at ``repeat`` (seed = base seed + repeat)."""
+        params = variant.method.params_from({**dict(self.params), **dict(variant.params)})
+        return variant.method.config(max_new_tokens=max_new_tokens or self.max_new_tokens, gamma=variant.gamma,
+                                     sampling=self.sampling(), tree_size=variant.tree_size or self.tree_size,
+                                     acceptance=variant.acceptance or self.acceptance, seed=self.seed + repeat,
+                                     params=params)
 
     def to_dict(self) -> dict:
-        return json.loads(json.dumps(dataclasses.asdict(self)))  # tuples -> lists, as read back
+        d = dataclasses.asdict(self)
+        d["params"] = dict(self.params)
+        return json.loads(json.dumps(d))  # tuples -> lists, as read back
+
+    @classmethod
+    def normalised(cls, stored: dict) -> dict:
+        """A stored config.json in today's form: a run written before the parameters were the methods' own kept
+        every parameter as a field of its own (num_beams, tau, ...); those that differ from their method's default
+        become ``params`` (the defaults are what today's run uses without them)."""
+        d, fields = dict(stored), parameter_fields()
+        old = {k: d.pop(k) for k in list(d) if k in fields}
+        if old and "params" not in d:
+            d["params"] = {k: v for k, v in old.items() if v != fields[k][0].default}
+        return d
 
 
 @dataclass(frozen=True)
@@ -265,7 +262,7 @@ def check_config(out: Path, config: BenchConfig, ignore: Sequence[str] = ()) -> 
     path = Path(out) / "config.json"
     if not path.exists():
         return
-    stored, current = json.loads(path.read_text()), config.to_dict()
+    stored, current = BenchConfig.normalised(json.loads(path.read_text())), config.to_dict()
     diff = sorted(k for k in set(stored) | set(current)
                   if k not in ignore and stored.get(k, "<missing>") != current.get(k, "<missing>"))
     if diff:
@@ -392,8 +389,8 @@ class _Models:
 
     def _load_draft(self, target: LoadedModel, dtype: str) -> LoadedModel:
         if self.config.draft is None:
-            raise ValueError(f"methods {[m for m in self.config.methods if m.split(':')[0] in DRAFT_MODEL_METHODS]} "
-                             f"need --draft NAME")
+            users = [v.label for v in self.config.variants() if v.method.needs is Needs.DRAFT_MODEL]
+            raise ValueError(f"methods {users} need --draft NAME")
         return load_draft(self.config.draft, target, dtype=dtype)
 
     def at(self, dtype: str) -> tuple[LoadedModel, LoadedModel | None]:
@@ -419,14 +416,14 @@ class _Models:
         return self.by_dtype[self.reference][1]
 
 
-def _n_max(variants: list, config: BenchConfig) -> int:
+def _n_max(variants: list[Variant], config: BenchConfig) -> int:
     """The largest forward a session's profile must time: γ+1 for the largest fixed γ, or γ_max+1."""
-    gammas = [config.gamma_max if v.gamma == "auto" else v.gamma for v in variants if method_kind(v.method) != "plain"]
+    gammas = [config.gamma_max if v.gamma == "auto" else v.gamma for v in variants if v.method.cost is not Cost.PLAIN]
     for v in variants:
-        if v.method in TREE_METHODS:  # a tree's forward covers its nodes (and PPD's prompt tokens): the whole range
+        if v.method.token_tree:  # a tree's forward covers its nodes (and PPD's prompt tokens): the whole range
             gammas.append(63)
-        elif REGISTRY[v.method].nodes is not None and v.gamma != "auto":  # m chains of γ
-            gammas.append(REGISTRY[v.method].nodes(v.gamma, config.method_params(**dict(v.params))))
+        elif v.method.nodes is not None and v.gamma != "auto":  # m chains of γ
+            gammas.append(v.method.draft_nodes(v.gamma, config.decode_config(v, 0).params))
     return min(max(gammas, default=1) + 1, 64)
 
 
@@ -449,25 +446,217 @@ def _measure_profiles(models: _Models, dtypes: Sequence[str], context: list[int]
     return profiles
 
 
-def _resolve_dtypes(variants: list, profiles: dict[str, Profile], models: _Models, config: BenchConfig,
-                    alpha_prior: float | None) -> tuple[list, dict[str, str]]:
-    """Concrete dtypes for every variant: as named, the run's reference for None, the profile's choice for
-    auto (and why)."""
-    resolved, reasons = [], {}
-    for v in variants:
-        dtype = v.dtype
-        if dtype is None:
-            dtype, reasons[v.label] = models.reference, "the run's default dtype"
-        elif dtype == "auto":
-            kind = method_kind(v.method)
-            prior = alpha_prior if kind == "draft model" and alpha_prior is not None else DEFAULT_ALPHA_PRIOR
-            choice = choose_dtype(profiles, kind, v.gamma, prior, config.gamma_max,
-                                  tree_cost=tree_cost(v.method, None, config.target, v.gamma))  # the zoo's weights
-            dtype, reasons[v.label] = choice.dtype, choice.reason
-        else:
-            dtype, reasons[v.label] = dtype_name(dtype), "named in the method list"
-        resolved.append(dataclasses.replace(v, dtype=dtype))
-    return resolved, reasons
+def _request(v: Variant, config: BenchConfig, models: _Models, device: torch.device, alpha: float | None,
+             kept: dict) -> RunRequest:
+    """What ``v`` asks of ``plan_run``; a resumed run keeps the dtype and tree size its first session chose."""
+    dtype = kept.get("dtype", {}).get(v.label)
+    tree = kept.get("tree_sizes", {}).get(v.label)
+    named_tree = v.tree_size or config.tree_size
+    return RunRequest(dtype=dtype["dtype"] if dtype else v.dtype, gamma=v.gamma, gamma_max=config.gamma_max,
+                      tree_size=tree["size"] if tree else named_tree, alpha_prior=alpha, target=config.target,
+                      candidates=candidate_dtypes(device), default_dtype=models.reference,
+                      dtype_reason=dtype["reason"] if dtype else (None if v.dtype is None else "named in the method list"),
+                      tree_size_reason=tree["reason"] if tree else "named")
+
+
+class _Run:
+    """One call of ``run_bench``: its folder, provenance, records and the plan of every variant."""
+
+    def __init__(self, out: Path, config: BenchConfig, models: _Models, prompts: list[BenchPrompt],
+                 drafters: dict[str, Drafter]):
+        self.out, self.config, self.models, self.prompts, self.given = out, config, models, prompts, drafters
+        self.variants = config.variants()
+        self.prov_path = out / "provenance.json"
+        self.provenance = (json.loads(self.prov_path.read_text()) if self.prov_path.exists()
+                           else {"config": config.to_dict(), "sessions": []})
+        self.records = load_records(out)
+        done = {record_key(r) for r in self.records}
+        self.done = len(done)
+        self.todo = [(p, r, v.label) for p in prompts for r in range(config.repeats) for v in self.variants
+                     if (v.label, p.id, r) not in done]
+        self.device = model_device(models.target.model)
+        self.alpha = draft_alpha_prior(config.draft, config.temperature) if config.draft else None
+        self.failed: dict[str, dict] = {}  # label -> what it raised and where: one method never takes the others down
+        self.plans: dict[str, Plan] = {}
+        self.session: dict | None = None
+
+    def save(self) -> None:
+        atomic_write_text(self.prov_path, json.dumps(self.provenance, indent=1) + "\n")
+
+    def attempt(self, label: str, where: str, work: Callable[[], object]) -> object | None:
+        """``work()`` for variant ``label``, or None if it raised: then the variant is marked failed (stderr,
+        provenance, summary) and not tried again in this call."""
+        if label in self.failed:
+            return None
+        try:
+            return work()
+        except Exception as err:  # any method's bug or refusal: recorded, and the other methods go on
+            self.failed[label] = {"error": type(err).__name__, "message": str(err), "where": where}
+            print(f"specrepro bench: {label} failed ({where}): {type(err).__name__}: {err}", file=sys.stderr)
+            return None
+
+    def start_session(self) -> None:
+        """The session's device profile of every dtype in use (every candidate when a variant says auto), measured
+        before any timed record, then every variant's plan: dtype, γ policy, tree size and drafter."""
+        kept = {"dtype": self.provenance.get("resolved_dtypes", {}), "tree_sizes": self.provenance.get("tree_sizes", {})}
+        if self.todo or not kept["dtype"]:
+            self.session = _session_info(self.config, self.device)
+            _warn_if_busy(self.session)
+            dtypes = {kept["dtype"][v.label]["dtype"] if v.label in kept["dtype"] else
+                      (v.dtype if v.dtype not in (None, "auto") else self.models.reference) for v in self.variants}
+            if any(v.dtype == "auto" and v.label not in kept["dtype"] for v in self.variants):
+                dtypes |= set(candidate_dtypes(self.device))
+            n_max = _n_max(self.variants, self.config)
+            context = _cost_context(self.prompts, self.config, self.models.target.context_length, n_max)
+            profiles = _measure_profiles(self.models, sorted(dtypes, key=str), context, self.config, n_max)
+            self.session["profiles"] = {d: p.to_dict() for d, p in profiles.items()}
+            self.provenance["sessions"].append(self.session)
+        self.profiles = _session_profiles(self.provenance["sessions"])
+        for v in self.variants:
+            self.attempt(v.label, "planning its run", lambda: self._plan(v, kept))
+        self.provenance["resolved_dtypes"] = {label: {"dtype": p.dtype, "reason": p.dtype_reason}
+                                              for label, p in self.plans.items()}
+        self.provenance["tree_sizes"] = {label: {"size": p.tree_size, "reason": p.tree_size_reason}
+                                         for label, p in self.plans.items() if p.tree_size is not None}
+        if self.session is not None:
+            base = next((self.plans[v.label] for v in self.variants if v.method.name == "ar" and v.label in self.plans),
+                        next(iter(self.plans.values()), None))
+            gamma = self.config.gamma if isinstance(self.config.gamma, int) else None
+            bp = self.profiles[base.dtype] if base is not None else None
+            self.session["costs"] = None if bp is None else {
+                "dtype": base.dtype, "c": bp.c, "beta": bp.beta(gamma + 1) if gamma and gamma + 1 <= bp.n_max else None}
+        self.save()
+
+    def _plan(self, v: Variant, kept: dict) -> None:
+        def models(dtype: str):
+            target, draft = self.models.at(dtype)
+            return target, {Needs.DRAFT_MODEL: draft, Needs.NGRAM_TABLE: self.config.ngram_table}.get(v.method.needs)
+        given = self.given.get(v.label, self.given.get(v.method.name))
+        plan = plan_run(v.method, self.profiles, _request(v, self.config, self.models, self.device, self.alpha, kept),
+                        models=None if given is not None else models, config=self.config.decode_config(v, 0))
+        if given is not None:
+            plan.drafter = given
+        if plan.tree_size is not None and plan.drafter.tree_size != plan.tree_size:
+            plan.drafter = plan.drafter.resized(plan.tree_size)  # a drafter passed in, at another size
+        self.plans[v.label] = plan
+
+    def run_one(self, label: str, prompt: BenchPrompt, repeat: int, max_new_tokens: int | None = None):
+        v, plan = next(v for v in self.variants if v.label == label), self.plans[label]
+        t, d = self.models.at(plan.dtype)
+        dc = plan.config(self.config.decode_config(v, repeat, max_new_tokens))
+        with self.meter.measure() as energy:
+            if v.method.loop is Loop.TRANSFORMERS:
+                rec = hf_generate(v.method.name, t, prompt.ids, dc, self.eos, d)
+                rec.provenance = {"dtype": plan.dtype, "dtype_reason": plan.dtype_reason}
+            else:
+                rec = generate_ids(t, prompt.ids, dc, draft=plan.drafter, gamma_policy=plan.gamma_policy,
+                                   provenance=plan.provenance())
+        rec.set_energy(energy.joules, energy.source, energy.reason)
+        return rec
+
+    def record(self, label: str, prompt: BenchPrompt, repeat: int) -> dict:
+        """One timed run as the row ``records.jsonl`` keeps, with its quality scores."""
+        rec, v = self.run_one(label, prompt, repeat), next(v for v in self.variants if v.label == label)
+        return {**rec.to_dict(), "method": label, "base_method": v.method.name, "prompt_id": prompt.id,
+                "repeat": repeat, "seed": self.config.seed + repeat, "target": self.config.target,
+                "draft": self.config.draft if v.method.needs is Needs.DRAFT_MODEL else None,
+                **self.quality(rec, prompt)}
+
+    def quality(self, rec, prompt: BenchPrompt) -> dict:
+        """MJSD paper Eq. (1) under the run's reference target (one dtype for every variant), and ROUGE-L."""
+        if not self.config.quality:
+            return {}
+        ppl = perplexity(self.models.target.model, prompt.ids, rec.token_ids)
+        return {"perplexity": ppl.ppl, "nll_sum": None if ppl.n == 0 else ppl.mean_nll * ppl.n, "nll_tokens": ppl.n,
+                "rouge_l": rouge_l(rec.text, prompt.reference) if prompt.reference is not None else None}
+
+    def measure(self, progress: bool, on_record: Callable[[dict], None] | None) -> None:
+        """Warm every variant up, then run the (prompt, repeat, variant) jobs left, interleaved, each record appended
+        and flushed as it finishes. A baseline that cannot run with these models is skipped and said."""
+        from tqdm.auto import tqdm
+
+        self.eos = eos_ids(self.models.target.model, self.models.target.tokenizer)
+        self.meter = open_meter(self.device)  # NVML / RAPL total-energy counters read around each generation
+        skipped = {}
+        draft = self.models.draft
+        for v in self.variants:
+            if v.method.name == "hf-assisted" and draft is not None and (why := assisted_unsupported(draft.model)):
+                skipped[v.label] = why
+                print(f"specrepro bench: skipping {v.label}: {why}", file=sys.stderr)
+        todo = [job for job in self.todo if job[2] not in skipped]
+        if not todo:
+            return
+        session = self.session
+        session.update(skipped=skipped, model_notes=self.models.notes,
+                       energy={"source": self.meter.source, "scope": getattr(self.meter, "scope", None),
+                               "reason": self.meter.reason},
+                       quality=({"perplexity": f"MJSD Eq. (1) under the {self.models.reference} target, unwarped",
+                                 "rouge_l": "rouge-score rougeL F-measure, stemmed, against the suite's references"}
+                                if self.config.quality else None))
+        if self.config.warmup_tokens > 0:
+            for v in self.variants:
+                if v.label not in skipped:
+                    self.attempt(v.label, "warm-up", lambda: self.run_one(
+                        v.label, self.prompts[0], 0, min(self.config.warmup_tokens, self.config.max_new_tokens)))
+        bar = tqdm(total=self.done + len(todo), initial=self.done, desc=f"bench {self.out.name}", file=sys.stderr,
+                   disable=not progress, unit="run")
+        written = 0
+        with open(self.out / "records.jsonl", "a") as handle:
+            for prompt, repeat, label in todo:
+                row = self.attempt(label, f"prompt {prompt.id}, repeat {repeat}",
+                                   lambda: self.record(label, prompt, repeat))
+                bar.update(1)
+                if row is None:
+                    continue
+                handle.write(json.dumps(row) + "\n")
+                handle.flush()
+                os.fsync(handle.fileno())
+                self.records.append(row)
+                written += 1
+                if on_record is not None:
+                    on_record(row)
+        bar.close()
+        session.update(finished_utc=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), records_written=written)
+        self.save()
+
+    def finish(self) -> BenchResult:
+        """summary.csv, the failures and the T = 0 cross-check: every method should reproduce greedy decoding token
+        for token (in bf16 a (γ+1)-token forward can round differently from a 1-token one and flip a near-tie)."""
+        resolved = [dataclasses.replace(v, dtype=self.plans[v.label].dtype if v.label in self.plans else
+                                        self.provenance.get("resolved_dtypes", {}).get(v.label, {}).get("dtype"))
+                    for v in self.variants]
+        greedy = self.config.temperature == 0
+        baseline = next((v.label for v in resolved if v.label == "ar"),
+                        next((v.label for v in resolved if v.method.name == "ar"), None))
+        summary = summarize(self.records, resolved, greedy, self.profiles, baseline, self.failed)
+        write_summary(self.out, summary)
+        self.provenance["failed"] = self.failed
+        self.provenance["t0_mismatches"] = mismatches(self.records, resolved, greedy)
+        self.save()
+        for line in self.provenance["t0_mismatches"]:
+            print(f"specrepro bench: T=0 tokens differ: {line}", file=sys.stderr)
+        return BenchResult(out=self.out, records=self.records, summary=summary, provenance=self.provenance,
+                           failed=self.failed)
+
+
+def _warn_if_busy(session: dict) -> None:
+    load, cores = session["load_average"], os.cpu_count() or 1
+    if load and load[0] > cores - 0.5:
+        advice = ("; with several torch threads on a shared CPU every parallel region waits for descheduled "
+                  "threads (consider --threads 1)" if torch.get_num_threads() > 1 else "")
+        print(f"specrepro bench: the machine is busy (load {load[0]:.1f} on {cores} cores): timings will be "
+              f"noisy{advice}", file=sys.stderr)
+
+
+def _bench_prompts(models: _Models, config: BenchConfig, prompts: Sequence[BenchPrompt] | None) -> list[BenchPrompt]:
+    if prompts is None:
+        prompts = encode_prompts(models.target, config.prompts, config.limit, config.chat_template)
+    prompts = list(prompts)[:config.limit] if config.limit is not None else list(prompts)
+    if not prompts:
+        raise ValueError("no prompts to run")
+    if len({p.id for p in prompts}) != len(prompts):
+        raise ValueError("prompt ids must be unique: they key the records")
+    return prompts
 
 
 def run_bench(config: BenchConfig, out: str | Path, *, target: LoadedModel | None = None,
@@ -477,224 +666,28 @@ def run_bench(config: BenchConfig, out: str | Path, *, target: LoadedModel | Non
     """Run (or resume) a benchmark into ``out``; models and prompts are loaded from ``config`` unless given.
 
     ``drafters`` overrides the drafter of a speculative method (e.g. an n-gram drafter built in memory), keyed
-    by method name. ``on_record(record)`` runs after each record is written (tests interrupt a run with it).
+    by method name or variant label. ``on_record(record)`` runs after each record is written (tests interrupt a run
+    with it).
     """
-    from tqdm.auto import tqdm
-
-    out = Path(out)
+    out, drafters = Path(out), dict(drafters or {})
     check_config(out, config, ignore=("prompt_digest", "weights_digest"))  # before any slow loading
     variants = config.variants()
-    drafters = dict(drafters or {})
-    ngram = [v.label for v in variants if REGISTRY.get(v.method) and REGISTRY[v.method].needs == "n-gram table"]
-    if config.ngram_table is None and any(v.method not in drafters for v in variants if v.label in ngram):
+    own = [v for v in variants if v.label not in drafters and v.method.name not in drafters]
+    if config.ngram_table is None and (ngram := [v.label for v in own if v.method.needs is Needs.NGRAM_TABLE]):
         raise ValueError(f"methods {ngram} need --ngram-table FILE (an .npz written by NGramTable.save)")
     if config.threads is not None:
         torch.set_num_threads(config.threads)
-    needs_draft = any(v.method in DRAFT_MODEL_METHODS and v.method not in drafters for v in variants)
-    models = _Models(config, target, draft, needs_draft)
-    if prompts is None:
-        prompts = encode_prompts(models.target, config.prompts, config.limit, config.chat_template)
-    prompts = list(prompts)[:config.limit] if config.limit is not None else list(prompts)
-    if not prompts:
-        raise ValueError("no prompts to run")
-    if len({p.id for p in prompts}) != len(prompts):
-        raise ValueError("prompt ids must be unique: they key the records")
+    models = _Models(config, target, draft, needs_draft=any(v.method.needs is Needs.DRAFT_MODEL for v in own))
+    prompts = _bench_prompts(models, config, prompts)
     config = dataclasses.replace(config, prompt_digest=_digest(prompts), weights_digest=_weights_digest(
         models.target.model, models.draft.model if models.draft else None))
     check_config(out, config)
     out.mkdir(parents=True, exist_ok=True)
     atomic_write_text(out / "config.json", json.dumps(config.to_dict(), indent=1) + "\n")
-    eos = eos_ids(models.target.model, models.target.tokenizer)
-    alpha_prior = draft_alpha_prior(config.draft, config.temperature) if config.draft else None
-
-    prov_path = out / "provenance.json"
-    provenance = json.loads(prov_path.read_text()) if prov_path.exists() else {"config": config.to_dict(),
-                                                                                "sessions": []}
-    records = load_records(out)
-    done = {record_key(r) for r in records}
-    todo_all = [(p, r, v.label) for p in prompts for r in range(config.repeats) for v in variants
-                if (v.label, p.id, r) not in done]
-
-    # The session's device profile, for every dtype in use (and every candidate when a variant says auto):
-    # measured before any timed record, so it also decides auto dtypes the first time.
-    device = model_device(models.target.model)
-    auto = any(v.dtype == "auto" for v in variants)
-    if "resolved_dtypes" in provenance:  # a resumed run keeps the dtypes it started with
-        resolved = [dataclasses.replace(v, dtype=provenance["resolved_dtypes"][v.label]["dtype"]) for v in variants]
-    else:
-        resolved = None
-    session = None
-    if todo_all or resolved is None:
-        session = _session_info(config, device)
-        load, cores = session["load_average"], os.cpu_count() or 1
-        if load and load[0] > cores - 0.5:
-            advice = ("; with several torch threads on a shared CPU every parallel region waits for descheduled "
-                      "threads (consider --threads 1)" if torch.get_num_threads() > 1 else "")
-            print(f"specrepro bench: the machine is busy (load {load[0]:.1f} on {cores} cores): timings will be "
-                  f"noisy{advice}", file=sys.stderr)
-        dtypes = {v.dtype if v.dtype not in (None, "auto") else models.reference for v in variants}
-        if auto and resolved is None:
-            dtypes |= set(candidate_dtypes(device))
-        if resolved is not None:
-            dtypes = {v.dtype for v in resolved}
-        n_max = _n_max(variants, config)
-        context = _cost_context(prompts, config, models.target.context_length, n_max)
-        profiles = _measure_profiles(models, sorted(dtypes, key=str), context, config, n_max)
-        if resolved is None:
-            resolved, reasons = _resolve_dtypes(variants, profiles, models, config, alpha_prior)
-            provenance["resolved_dtypes"] = {v.label: {"dtype": v.dtype, "reason": reasons[v.label]}
-                                             for v in resolved}
-        session["profiles"] = {d: p.to_dict() for d, p in profiles.items()}
-        base = next((v for v in resolved if v.method == "ar"), resolved[0])
-        gamma = config.gamma if isinstance(config.gamma, int) else None
-        bp = profiles[base.dtype]
-        session["costs"] = {"dtype": base.dtype, "c": bp.c,
-                            "beta": bp.beta(gamma + 1) if gamma and gamma + 1 <= bp.n_max else None}
-        provenance["sessions"].append(session)
-        atomic_write_text(prov_path, json.dumps(provenance, indent=1) + "\n")
-    by_label = {v.label: v for v in resolved}
-    profiles = _session_profiles(provenance["sessions"])
-
-    failed: dict[str, dict] = {}  # variant label -> what it raised and where: one method never takes the others down
-
-    def attempt(label: str, where: str, work: Callable[[], object]) -> object | None:
-        """``work()`` for variant ``label``, or None if it raised: then the variant is marked failed (stderr,
-        provenance, summary) and not tried again in this call."""
-        if label in failed:
-            return None
-        try:
-            return work()
-        except Exception as err:  # any method's bug or refusal: recorded, and the other methods go on
-            failed[label] = {"error": type(err).__name__, "message": str(err), "where": where}
-            print(f"specrepro bench: {label} failed ({where}): {type(err).__name__}: {err}", file=sys.stderr)
-            return None
-
-    # Drafters, one per variant, and the tree sizes of token-tree drafters: named (tN, then --tree-size), else the
-    # hardware-aware size on this run's first profile; kept in the provenance so that a resumed run uses the same
-    # trees.
-    sizes = provenance.setdefault("tree_sizes", {})
-
-    def set_up(v: Variant) -> None:
-        if REGISTRY[v.method].build is not None and v.label not in drafters:
-            if v.method in drafters:
-                drafters[v.label] = drafters[v.method]
-            else:
-                t, d = models.at(v.dtype)
-                source = {"draft model": d, "n-gram table": config.ngram_table}.get(REGISTRY[v.method].needs)
-                drafters[v.label] = drafter_for(source, v.method, t,
-                                                config.decode_config(v.method, 0, params=v.params))
-        if v.method not in TREE_METHODS:
-            return
-        if v.label not in sizes:
-            if v.tree_size or config.tree_size:
-                sizes[v.label] = {"size": v.tree_size or config.tree_size, "reason": "named"}
-            else:
-                size = REGISTRY[v.method].choose_tree_size(drafters[v.label].config, profiles[v.dtype], v.gamma)
-                sizes[v.label] = {"size": size.size, "reason": size.reason}
-        if drafters[v.label].tree_size != sizes[v.label]["size"]:
-            drafters[v.label] = drafters[v.label].resized(sizes[v.label]["size"])  # one drafter per size
-
-    for v in resolved:
-        attempt(v.label, "setting up its drafter", lambda: set_up(v))
-    atomic_write_text(prov_path, json.dumps(provenance, indent=1) + "\n")
-
-    def policy(v: Variant):
-        if v.gamma != "auto":
-            return FixedGamma(v.gamma)
-        kind = method_kind(v.method)
-        return AdaptiveGamma.from_profile(profiles[v.dtype], model_free=kind != "draft model",
-                                          alpha_prior=alpha_prior if kind == "draft model" else None,
-                                          gamma_max=config.gamma_max)
-
-    meter = open_meter(device)  # NVML / RAPL total-energy counters read before and after each generation
-
-    def run_one(label: str, prompt: BenchPrompt, repeat: int, max_new_tokens: int | None = None):
-        v = by_label[label]
-        t, d = models.at(v.dtype)
-        dc = config.decode_config(v.method, repeat, max_new_tokens, gamma=v.gamma, acceptance=v.acceptance,
-                                  params=v.params)
-        why = provenance["resolved_dtypes"][label]["reason"]
-        with meter.measure() as energy:
-            if REGISTRY[v.method].loop == "transformers":
-                rec = hf_generate(v.method, t, prompt.ids, dc, eos, d)
-                rec.provenance = {"dtype": v.dtype, "dtype_reason": why}
-            else:
-                rec = generate_ids(t, prompt.ids, dc, draft=drafters.get(label), gamma_policy=policy(v),
-                                   provenance={"dtype_reason": why})
-        rec.set_energy(energy.joules, energy.source, energy.reason)
-        return rec
-
-    def record(label: str, prompt: BenchPrompt, repeat: int) -> dict:
-        """One timed run as the row ``records.jsonl`` keeps, with its quality scores."""
-        rec, v = run_one(label, prompt, repeat), by_label[label]
-        return {**rec.to_dict(), "method": label, "base_method": v.method, "prompt_id": prompt.id, "repeat": repeat,
-                "seed": config.seed + repeat, "target": config.target,
-                "draft": config.draft if v.method in DRAFT_MODEL_METHODS else None, **quality(rec, prompt)}
-
-    def quality(rec, prompt: BenchPrompt) -> dict:
-        """MJSD paper Eq. (1) under the run's reference target (one dtype for every variant), and ROUGE-L."""
-        if not config.quality:
-            return {}
-        ppl = perplexity(models.target.model, prompt.ids, rec.token_ids)
-        return {"perplexity": ppl.ppl, "nll_sum": None if ppl.n == 0 else ppl.mean_nll * ppl.n, "nll_tokens": ppl.n,
-                "rouge_l": rouge_l(rec.text, prompt.reference) if prompt.reference is not None else None}
-
-    # A baseline that cannot run with these models is skipped, said on stderr and in the provenance; its
-    # summary row has n = 0 rather than the whole benchmark failing.
-    skipped = {}
-    for v in resolved:
-        if v.method == "hf-assisted" and models.draft is not None and (reason := assisted_unsupported(models.draft.model)):
-            skipped[v.label] = reason
-            print(f"specrepro bench: skipping {v.label}: {reason}", file=sys.stderr)
-    todo = [job for job in todo_all if job[2] not in skipped]
-
-    if todo:
-        session["skipped"] = skipped
-        session["model_notes"] = models.notes
-        session["energy"] = {"source": meter.source, "scope": getattr(meter, "scope", None), "reason": meter.reason}
-        session["quality"] = ({"perplexity": f"MJSD Eq. (1) under the {models.reference} target, unwarped",
-                               "rouge_l": "rouge-score rougeL F-measure, stemmed, against the suite's references"}
-                              if config.quality else None)
-        if config.warmup_tokens > 0:
-            for v in resolved:
-                if v.label not in skipped:
-                    attempt(v.label, "warm-up", lambda: run_one(v.label, prompts[0], 0,
-                                                                 min(config.warmup_tokens, config.max_new_tokens)))
-        bar = tqdm(total=len(done) + len(todo), initial=len(done), desc=f"bench {out.name}", file=sys.stderr,
-                   disable=not progress, unit="run")
-        written = 0
-        with open(out / "records.jsonl", "a") as handle:
-            for prompt, repeat, label in todo:
-                row = attempt(label, f"prompt {prompt.id}, repeat {repeat}", lambda: record(label, prompt, repeat))
-                if row is None:
-                    bar.update(1)
-                    continue
-                handle.write(json.dumps(row) + "\n")
-                handle.flush()
-                os.fsync(handle.fileno())
-                records.append(row)
-                written += 1
-                bar.update(1)
-                if on_record is not None:
-                    on_record(row)
-        bar.close()
-        session["finished_utc"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
-        session["records_written"] = written
-        atomic_write_text(prov_path, json.dumps(provenance, indent=1) + "\n")
-
-    greedy = config.temperature == 0
-    baseline = next((v.label for v in resolved if v.label == "ar"), next((v.label for v in resolved
-                                                                          if v.method == "ar"), None))
-    summary = summarize(records, resolved, greedy, profiles, baseline, failed)
-    write_summary(out, summary)
-    provenance["failed"] = failed
-    # The T = 0 cross-check: every method should reproduce greedy decoding token for token; in bf16 a
-    # (γ+1)-token forward can round differently from a 1-token one and flip a near-tie argmax.
-    provenance["t0_mismatches"] = mismatches(records, resolved, greedy)
-    atomic_write_text(prov_path, json.dumps(provenance, indent=1) + "\n")
-    for line in provenance["t0_mismatches"]:
-        print(f"specrepro bench: T=0 tokens differ: {line}", file=sys.stderr)
-    return BenchResult(out=out, records=records, summary=summary, provenance=provenance, failed=failed)
+    run = _Run(out, config, models, prompts, drafters)
+    run.start_session()
+    run.measure(progress, on_record)
+    return run.finish()
 
 
 def _session_profiles(sessions: list[dict]) -> dict[str, Profile]:

@@ -19,7 +19,7 @@ from pathlib import Path
 from simulations.speculative import expected_speedup, expected_tokens
 
 from . import record
-from .methods import COUNTERPART, REGISTRY, TREE_METHODS, method_kind
+from .methods import Cost, Loop, Method
 from .metrics.profile import Latency, Profile
 
 SUMMARY_COLUMNS = ("method", "base_method", "dtype", "gamma", "n", "new_tokens", "wall_time_s", "tokens_per_s",
@@ -68,12 +68,6 @@ def predicted_for_trees(records: list[dict], profile: Profile, baseline_decode_s
     return tokens * baseline_decode_s / seconds
 
 
-def pooled_alpha(records: list[dict]) -> float | None:
-    """α pooled over every step of ``records`` (``record.pooled_alpha`` on their concatenated steps)."""
-    return record.pooled_alpha([a for r in records for a in r["accept_lengths"]],
-                               [g for r in records for g in r["proposed_lengths"]])
-
-
 def pooled_profile(profiles: list[Profile]) -> Profile:
     """One profile from several sessions' (a resumed run): the median of each median, spreads widened."""
     if len(profiles) == 1:
@@ -103,7 +97,7 @@ def reference_label(variant, variants, base: str) -> str | None:
     (tokens of two dtypes may differ at near-ties, which says nothing about exactness) and, for a
     counterpart, the same γ."""
     for v in variants:
-        if v.method == base and v.dtype == variant.dtype and (base == "ar" or v.gamma == variant.gamma):
+        if v.method.name == base and v.dtype == variant.dtype and (base == "ar" or v.gamma == variant.gamma):
             return v.label
     return None
 
@@ -123,21 +117,22 @@ def summarize(records: list[dict], variants: list, greedy: bool, profiles: dict[
         tokens = sum(r["new_tokens"] for r in rs)
         wall = sum(r["wall_time_s"] for r in rs)
         calls = [r["target_calls"] for r in rs]
-        kind, ours = method_kind(v.method), REGISTRY[v.method].loop != "transformers"
+        spec = v.method
+        kind, ours = spec.cost, spec.loop is not Loop.TRANSFORMERS
         profile = profiles.get(v.dtype)
         # Token trees (Medusa, PPD, multi-draft): α and β(γ+1) are chain quantities, so their cells stay empty.
-        tree = ours and (v.method in TREE_METHODS or any(r.get("tree_sizes", r["proposed_lengths"])
+        tree = ours and (spec.token_tree or any(r.get("tree_sizes", r["proposed_lengths"])
                                                          != r["proposed_lengths"] for r in rs))
-        alpha = None if tree else pooled_alpha(rs)
-        c = None if kind == "plain" else ((profile.c if profile else None) if kind == "draft model" else 0.0)
+        alpha = None if tree else record.alpha_of(rs)
+        c = None if kind is Cost.PLAIN else ((profile.c if profile else None) if kind.draft_cost else 0.0)
         proposed = [g for r in rs for g in r.get("proposed_lengths", [])]
         gamma_nominal = v.gamma if v.gamma != "auto" else (round(statistics.mean(proposed)) if proposed else None)
         predicted = None
         if profile is not None and baseline is not None and profiles.get(by_label[baseline].dtype):
             base_decode = profiles[by_label[baseline].dtype].decode_s
-            if REGISTRY[v.method].loop == "mjgd":
+            if spec.loop is Loop.MJGD:
                 predicted = None  # a beam search of the target: no chain or tree model of its cost here
-            elif kind == "plain":
+            elif kind is Cost.PLAIN:
                 predicted = base_decode / profile.decode_s  # no drafting: only the dtype differs
             elif tree:
                 predicted = predicted_for_trees(rs, profile, base_decode)
@@ -145,24 +140,26 @@ def summarize(records: list[dict], variants: list, greedy: bool, profiles: dict[
                 plain = sum(r["target_calls"] - len(r["proposed_lengths"]) for r in rs)
                 predicted = predicted_from_steps(alpha, proposed, plain, c, profile, base_decode)
         rows.append({
-            "method": v.label, "base_method": v.method, "dtype": v.dtype, "gamma": v.gamma, "n": len(rs),
+            "method": v.label, "base_method": spec.name, "dtype": v.dtype, "gamma": v.gamma, "n": len(rs),
             "new_tokens": tokens, "wall_time_s": wall, "tokens_per_s": tokens / wall if wall > 0 else None,
             "speedup": None, "alpha": alpha,
-            "tokens_per_call": tokens / sum(calls) if rs and all(calls) else None,
-            "mean_proposed": (sum(proposed) / sum(calls) if rs and ours and kind != "plain" and all(calls) else None),
-            "c": c, "beta": (profile.beta(gamma_nominal + 1) if profile and kind != "plain" and gamma_nominal
+            "tokens_per_call": record.tokens_per_call(rs),
+            "mean_proposed": (sum(proposed) / sum(calls) if rs and ours and kind is not Cost.PLAIN and all(calls)
+                              else None),
+            "c": c, "beta": (profile.beta(gamma_nominal + 1) if profile and kind is not Cost.PLAIN and gamma_nominal
                              and not tree and gamma_nominal + 1 <= profile.n_max else None),
             "predicted_speedup": predicted, "efficiency": None,
             "identical_to_ar": (_identical(rs, by_key, reference_label(v, variants, "ar"))
-                                if greedy and v.method != "ar" else None),
-            "identical_to_counterpart": (_identical(rs, by_key, reference_label(v, variants, COUNTERPART[v.method]))
-                                         if greedy and v.method in COUNTERPART else None),
-            "lossless": lossless(v.method, rs), **quality_and_energy(rs),
+                                if greedy and spec.name != "ar" else None),
+            "identical_to_counterpart": (_identical(rs, by_key, reference_label(v, variants, spec.counterpart))
+                                         if greedy and spec.counterpart else None),
+            "lossless": lossless(spec, rs), **quality_and_energy(rs),
             "error": (f"{failed[v.label]['error']}: {failed[v.label]['message']}" if v.label in failed else None),
         })
     base_tps = next((r["tokens_per_s"] for r in rows if r["method"] == baseline), None)
     for row in rows:
-        row["speedup_median"] = _median_speedup([r for r in records if r["method"] == row["method"]], by_key, baseline)
+        row["speedup_median"] = record.median_speedup([r for r in records if r["method"] == row["method"]],
+                                                      [r for r in records if r["method"] == baseline])
         if base_tps and row["tokens_per_s"]:
             row["speedup"] = row["tokens_per_s"] / base_tps
             if row["predicted_speedup"]:
@@ -170,14 +167,13 @@ def summarize(records: list[dict], variants: list, greedy: bool, profiles: dict[
     return rows
 
 
-def lossless(method: str, records: list[dict]) -> bool | None:
+def lossless(method: Method, records: list[dict]) -> bool | None:
     """Whether the variant's tokens are distributed as the target's p: its acceptance rule's flag (records'
     provenance), True for plain decoding and transformers' decoders, False for MJGD (a search, not a sample)."""
     flags = {r.get("provenance", {}).get("acceptance", {}).get("lossless") for r in records} - {None}
     if flags:
         return all(flags)
-    loop = REGISTRY[method].loop
-    return None if loop == "speculative" else loop != "mjgd"
+    return None if method.loop is Loop.SPECULATIVE else method.loop is not Loop.MJGD
 
 
 def quality_and_energy(records: list[dict]) -> dict:
@@ -194,17 +190,6 @@ def quality_and_energy(records: list[dict]) -> dict:
             "joules_per_token": (sum(energy) / tokens if records and tokens and None not in energy else None)}
 
 
-def _median_speedup(records: list[dict], by_key: dict, baseline: str | None) -> float | None:
-    """Median over (prompt, repeat) of tokens/s over the baseline's on the same prompt: unlike the pooled
-    ratio, one record stalled by another process on a shared CPU cannot move it much."""
-    ratios = []
-    for r in records:
-        b = by_key.get((baseline, r["prompt_id"], r["repeat"]))
-        if b is not None and r["wall_time_s"] > 0 and b["wall_time_s"] > 0 and b["new_tokens"]:
-            ratios.append((r["new_tokens"] / r["wall_time_s"]) / (b["new_tokens"] / b["wall_time_s"]))
-    return statistics.median(ratios) if ratios else None
-
-
 def mismatches(records: list[dict], variants: list, greedy: bool) -> list[str]:
     """At T = 0, every record whose tokens differ from its reference (ar, and the HF counterpart)."""
     if not greedy:
@@ -215,7 +200,7 @@ def mismatches(records: list[dict], variants: list, greedy: bool) -> list[str]:
         v = by_label.get(r["method"])
         if v is None or lossless(v.method, [r]) is False:  # a lossy method differs from AR by design
             continue
-        refs = {reference_label(v, variants, "ar"), reference_label(v, variants, COUNTERPART.get(v.method, "ar"))}
+        refs = {reference_label(v, variants, "ar"), reference_label(v, variants, v.method.counterpart or "ar")}
         for other in refs - {None, v.label}:
             o = by_key.get((other, r["prompt_id"], r["repeat"]))
             if o is not None and o["token_ids"] != r["token_ids"]:

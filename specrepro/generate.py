@@ -6,7 +6,7 @@ from .autoregressive import autoregressive_generate
 from .config import DecodeConfig
 from .decoding import eos_ids
 from .drafters import Drafter, NGramTable
-from .methods import REGISTRY, drafter_for, method, rule_for
+from .methods import Loop, Method, method
 from .mjgd import mjgd_generate
 from .models import LoadedModel
 from .prompts import Messages, encode_prompt
@@ -37,24 +37,24 @@ def generate_ids(target: LoadedModel, prompt_ids, config: DecodeConfig,
     """
     prompt_ids = single_sequence(prompt_ids)
     eos = eos_ids(target.model, target.tokenizer)
-    spec = method(config.method)
+    spec: Method = method(config.method)
     config = spec.resolve(config)
-    if spec.loop == "ar":
+    if spec.loop is Loop.AR:
         rec = autoregressive_generate(target.model, prompt_ids, config, eos, target.context_length)
-    elif spec.loop == "mjgd":
+    elif spec.loop is Loop.MJGD:
         if not isinstance(config.gamma, int):
             raise ValueError(f"MJGD commits K = gamma tokens per step: give an integer gamma, not {config.gamma!r}")
         rec = mjgd_generate(target.model, prompt_ids, config, eos, target.context_length, k=config.gamma,
                             num_beams=config.params.num_beams)
-    elif spec.loop == "speculative":
-        rec = speculative_generate(target.model, drafter_for(draft, config.method, target, config), prompt_ids, config, eos,
-                                   rule=rule_for(config), context_length=target.context_length,
-                                   method=config.method, gamma_policy=gamma_policy)
+    elif spec.loop is Loop.SPECULATIVE:
+        rec = speculative_generate(target.model, spec.build_drafter(draft, target, config), prompt_ids, config, eos,
+                                   rule=spec.verification_rule(config), context_length=target.context_length,
+                                   method=spec.name, gamma_policy=gamma_policy)
     else:
-        raise ValueError(f"{config.method!r} is transformers' own decoder: run it with hf_baselines.hf_generate")
+        raise ValueError(f"{spec.name!r} is transformers' own decoder: run it with hf_baselines.hf_generate")
     rec.provenance = {"dtype": str(next(target.model.parameters()).dtype).replace("torch.", ""),
                       "device": str(next(target.model.parameters()).device),
-                      "method": {"name": config.method, **REGISTRY[config.method].describe()},
+                      "method": {"name": spec.name, **spec.describe()},
                       **(provenance or {}), **rec.provenance}
     if target.tokenizer is not None:
         rec.text = target.tokenizer.decode(rec.token_ids, skip_special_tokens=True)

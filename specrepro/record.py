@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import dataclasses
+import statistics
 from dataclasses import dataclass, field
 
 
@@ -14,6 +15,51 @@ def pooled_alpha(accept_lengths: list[int], proposed_lengths: list[int]) -> floa
     """α pooled over steps: accepted / tested (the one home of this formula; records and bench summaries use it)."""
     n = tested(accept_lengths, proposed_lengths)
     return sum(accept_lengths) / n if n else None
+
+
+# ---------------------------------------------------------------- aggregates over records (the one home of each)
+# ``records``: GenerationRecords or their dicts (records.jsonl rows, ``GenerationRecord.to_dict()``).
+
+def _get(record, key: str):
+    return record[key] if isinstance(record, dict) else getattr(record, key)
+
+
+def alpha_of(records) -> float | None:
+    """α pooled over every step of ``records``: ``pooled_alpha`` on their concatenated steps."""
+    return pooled_alpha([a for r in records for a in _get(r, "accept_lengths")],
+                        [g for r in records for g in _get(r, "proposed_lengths")])
+
+
+def tokens_per_call(records) -> float | None:
+    """Generated tokens per target forward, pooled (τ measured; prefill calls included)."""
+    calls = [_get(r, "target_calls") for r in records]
+    if not records or not all(calls):
+        return None
+    return sum(_get(r, "new_tokens") if isinstance(r, dict) else r.new_tokens for r in records) / sum(calls)
+
+
+def tokens_per_second(record) -> float | None:
+    wall, tokens = _get(record, "wall_time_s"), (record["new_tokens"] if isinstance(record, dict) else record.new_tokens)
+    return tokens / wall if wall > 0 and tokens else None
+
+
+def paired_speedups(records, baseline) -> list[float]:
+    """Per (prompt, repeat), tokens/s over the baseline's on the same prompt and repeat (records are paired by their
+    ``prompt_id`` and ``repeat``; unpaired ones are left out)."""
+    base = {(_get(b, "prompt_id"), _get(b, "repeat")): tokens_per_second(b) for b in baseline}
+    out = []
+    for r in records:
+        b, t = base.get((_get(r, "prompt_id"), _get(r, "repeat"))), tokens_per_second(r)
+        if b and t:
+            out.append(t / b)
+    return out
+
+
+def median_speedup(records, baseline) -> float | None:
+    """Median over (prompt, repeat) of the paired speedup: unlike the pooled ratio, one record stalled by another
+    process on a shared CPU cannot move it much."""
+    ratios = paired_speedups(records, baseline)
+    return statistics.median(ratios) if ratios else None
 
 
 @dataclass

@@ -11,6 +11,7 @@ from simulations.speculative import expected_tokens
 from specrepro.bench import (SUMMARY_COLUMNS, BenchConfig, BenchPrompt, ResumeMismatch, Variant, load_records,
                              predicted_speedup, read_summary, run_bench, target_corpus)
 from specrepro.bench_summary import predicted_from_steps
+from specrepro.methods import method
 from specrepro.metrics.profile import Profile
 from specrepro.config import DecodeConfig, SamplingConfig
 from specrepro.draft_model import draft_from_target
@@ -255,7 +256,8 @@ def test_variants_run_side_by_side_at_their_own_dtype_and_gamma(tmp_path, pair, 
 
 
 def test_variant_labels_are_checked():
-    assert Variant.parse("speculative:fp32:g2", None, 4) == Variant("speculative:fp32:g2", "speculative", "fp32", 2)
+    assert Variant.parse("speculative:fp32:g2", None, 4) == Variant("speculative:fp32:g2", method("speculative"),
+                                                                    "fp32", 2)
     assert Variant.parse("ar", "auto", 4).dtype == "auto"
     with pytest.raises(ValueError, match="bad field"):
         Variant.parse("speculative:g0", None, 4)
@@ -287,23 +289,3 @@ def test_cli_accepts_the_make_bench_arguments():
         "--draft smollm2-135m-draft --suite mixed --max-new-tokens 64 --temperature 0 --gamma 4 --repeats 1 "
         "--out figures/bench".split())
     assert args.func.__name__ == "cmd_bench" and args.suite == "mixed" and args.gamma == 4
-
-
-def test_one_registry_serves_generate_cli_and_bench():
-    """Methods as data: transformers' baselines sit in the same registry as ours, each naming the method it must
-    reproduce at T = 0; every spec serialises into a record; the bench's variant parser knows every name."""
-    import json
-
-    from specrepro.methods import COUNTERPART, HF_METHODS, REGISTRY, Method, method
-
-    assert set(HF_METHODS) == {"hf-ar", "hf-assisted", "hf-prompt-lookup"}
-    for name, spec in REGISTRY.items():
-        json.dumps(spec.describe())
-        Variant.parse(name, None, 2)
-        if spec.loop == "transformers":
-            assert REGISTRY[COUNTERPART[name]].loop != "transformers"
-            assert REGISTRY[COUNTERPART[name]].kind == spec.kind
-    with pytest.raises(ValueError, match="unknown method 'nope'"):
-        method("nope")
-    with pytest.raises(ValueError, match="loop must be one of"):
-        Method(loop="beam", kind="plain")

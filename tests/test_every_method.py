@@ -48,7 +48,7 @@ def bench(tmp_path_factory):
                             None)
         config = BenchConfig(methods=methods, target="tiny", draft="tiny-draft", prompts="test", max_new_tokens=3,
                              temperature=temperature, gamma=2, ngram_table=str(table), warmup_tokens=1,
-                             cost_repeats=1, num_beams=2, num_drafts=2)
+                             cost_repeats=1, params=(("num_beams", 2), ("num_drafts", 2)))
         with pytest.MonkeyPatch.context() as patch:  # the tiny target's own self-drafting weights
             patch.setitem(SELF_DRAFTS["medusa heads"], "tiny", str(heads))
             patch.setitem(SELF_DRAFTS["ppd prompt tokens"], "tiny", str(prompt_tokens))

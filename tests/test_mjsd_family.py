@@ -15,7 +15,8 @@ import torch
 
 from specrepro.__main__ import build_parser, main, sampling_from
 from specrepro.bench import BenchConfig, BenchPrompt, Variant, run_bench
-from specrepro.config import PRESETS, DecodeConfig, MethodParams, SamplingConfig
+from specrepro.config import PRESETS, DecodeConfig, SamplingConfig
+from specrepro.methods import REGISTRY, method
 from specrepro.generate import generate_ids
 from specrepro.metrics.quality import perplexity
 from specrepro.models import LoadedModel, layer_skip_draft, tiny_model
@@ -34,14 +35,15 @@ def pair():
                                                     ("mentored", "mentored", False)])
 def test_each_method_verifies_with_its_own_rule_and_records_it(pair, method, rule, lossless):
     target, draft = pair
-    config = DecodeConfig(method=method, max_new_tokens=12, gamma=3, sampling=PRESETS["mjsd"], seed=1,
-                          params=MethodParams(num_beams=3, tau=0.2, num_drafts=2, fallback_threshold=0.2,
-                                              rollback_threshold=3.0))
+    params = REGISTRY[method].params_from(dict(num_beams=3, tau=0.2, num_drafts=2, fallback_threshold=0.2,
+                                               rollback_threshold=3.0))
+    config = DecodeConfig(method=method, max_new_tokens=12, gamma=3, sampling=PRESETS["mjsd"], seed=1, params=params)
     rec = generate_ids(target, [1, 2, 3, 4], config, draft=draft)
     assert rec.new_tokens == 12 and rec.config["acceptance"] == rule
     assert rec.provenance["acceptance"]["name"] == rule and rec.provenance["acceptance"]["lossless"] is lossless
-    assert rec.config["params"]["num_beams"] == 3 and rec.provenance["method"]["rule"] == (
+    assert rec.config["params"] == dataclasses.asdict(params) and rec.provenance["method"]["rule"] == (
         None if method == "multi-draft" else rule)
+    assert rec.config["params"].get("num_beams", 3) == 3 and rec.config["params"].get("num_drafts", 2) == 2
     if method == "mjsd":
         assert rec.provenance["acceptance"]["params"]["tau"] == 0.2
     if method == "bild":
@@ -60,7 +62,7 @@ def test_mjgd_runs_from_the_registry_with_k_from_gamma(pair):
     greedy = generate_ids(target, [1, 2, 3], DecodeConfig(method="ar", max_new_tokens=9))
     k1 = generate_ids(target, [1, 2, 3], DecodeConfig(method="mjgd", gamma=1, max_new_tokens=9))
     k3 = generate_ids(target, [1, 2, 3], DecodeConfig(method="mjgd", gamma=3, max_new_tokens=9,
-                                                      params=MethodParams(num_beams=4)))
+                                                      params=method("mjgd").params(num_beams=4)))
     assert k1.token_ids == greedy.token_ids and k3.provenance["mjgd"] == {"k": 3, "num_beams": 4}
     with pytest.raises(ValueError, match="integer gamma"):
         generate_ids(target, [1, 2, 3], DecodeConfig(method="mjgd", gamma="auto", max_new_tokens=4))
@@ -72,8 +74,10 @@ def test_mjgd_runs_from_the_registry_with_k_from_gamma(pair):
     (dict(rollback_threshold=-1.0), "rollback_threshold"), (dict(rollback_threshold=math.inf), "rollback_threshold"),
     (dict(kl_bound=-0.1), "kl_bound"), (dict(kl_bound=math.nan), "kl_bound"), (dict(kl_bound=math.inf), "kl_bound")])
 def test_bad_parameters_get_one_clear_error(params, message):
+    (name,) = params
+    owner = next(m for m in REGISTRY.values() if name in {f.name for f in m.param_fields()})
     with pytest.raises(ValueError, match=message):
-        MethodParams(**params)
+        owner.params(**params)
 
 
 def test_preset_mjsd_is_the_papers_warping_and_conflicts_with_explicit_knobs(capsys):
@@ -117,7 +121,10 @@ def test_bench_scores_quality_and_energy_and_labels_lossy_rules(tmp_path, pair):
     for r in records:  # the record's perplexity is Eq. (1) under the target, recomputed here
         ppl = perplexity(target.model, next(p.ids for p in prompts if p.id == r["prompt_id"]), r["token_ids"])
         assert r["nll_tokens"] == ppl.n and r["nll_sum"] == pytest.approx(ppl.mean_nll * ppl.n)
-        assert r["config"]["params"]["num_beams"] == (2 if r["method"] == "mjsd:b2" else 8)
+        # each record carries its own method's parameters only: the label's, else the method's defaults
+        assert r["config"]["params"] == {"mjsd:b2": {"num_beams": 2, "tau": 0.1}, "spectr:m2": {"num_drafts": 2},
+                                         "bild": {"fallback_threshold": 0.9, "rollback_threshold": 2.0}
+                                         }.get(r["method"], {})
     ar = [r for r in records if r["method"] == "ar"]
     assert rows["ar"]["perplexity"] == pytest.approx(math.exp(sum(r["nll_sum"] for r in ar) /
                                                               sum(r["nll_tokens"] for r in ar)))
@@ -134,7 +141,7 @@ def test_t0_cross_check_skips_lossy_methods(tmp_path, pair):
     target, draft = pair
     cfg = BenchConfig(methods=("ar", "mjgd:g3", "mjsd", "spectr:m2"), target="tiny", draft="layers:1",
                       prompts="test", max_new_tokens=8, gamma=3, repeats=1, warmup_tokens=0, cost_repeats=1,
-                      num_beams=2)
+                      params=(("num_beams", 2),))  # --num-beams 2: every method of the run that takes it
     result = run_bench(cfg, tmp_path, target=target, draft=draft, prompts=[BenchPrompt("a", [5, 7, 9, 11])],
                        progress=False)
     rows = {r["method"]: r for r in result.summary}
@@ -158,7 +165,7 @@ def test_mentored_at_d0_is_speculative_sampling_and_labelled_lossless(pair):
     runs = {}
     for method, bound in (("speculative", 0.1), ("mentored", 0.0), ("mentored", 0.5)):
         config = DecodeConfig(method=method, gamma=3, max_new_tokens=16, sampling=SamplingConfig(temperature=1.0),
-                              seed=3, params=MethodParams(kl_bound=bound))
+                              seed=3, params=REGISTRY[method].params_from({"kl_bound": bound}))
         runs[method, bound] = generate_ids(target, [1, 2, 3, 4], config, draft=draft)
     assert runs["mentored", 0.0].token_ids == runs["speculative", 0.1].token_ids
     assert runs["mentored", 0.0].provenance["acceptance"]["lossless"] is True
