@@ -121,9 +121,8 @@ def cmd_generate(args: argparse.Namespace) -> int:
 
     plan, provenance = plan_generate(spec, args, config)
     target = load_model(args.target, dtype=plan.dtype, device=args.device)  # once per invocation
-    source = {Needs.DRAFT_MODEL: lambda: load_draft(args.draft, target), Needs.NGRAM_TABLE: lambda: args.ngram_table,
-              Needs.MEDUSA_HEADS: lambda: args.draft, Needs.PPD_PROMPT_TOKENS: lambda: args.draft,
-              Needs.NOTHING: lambda: None}[spec.needs]()  # self-drafting: a folder or zoo name; None: the zoo's
+    draft_model = load_draft(args.draft, target) if spec.needs is Needs.DRAFT_MODEL else None
+    source = spec.needs.source(draft_model, args.ngram_table, weights=args.draft)
     config = plan.config(config)
     draft = spec.build_drafter(source, target, config) if spec.drafter is not None else None
     for prompt_id, messages in prompts:

@@ -530,7 +530,7 @@ class _Run:
     def _plan(self, v: Variant, kept: dict) -> None:
         def models(dtype: str):
             target, draft = self.models.at(dtype)
-            return target, {Needs.DRAFT_MODEL: draft, Needs.NGRAM_TABLE: self.config.ngram_table}.get(v.method.needs)
+            return target, v.method.needs.source(draft, self.config.ngram_table)  # self-drafting: the zoo's
         given = self.given.get(v.label, self.given.get(v.method.name))
         plan = plan_run(v.method, self.profiles, _request(v, self.config, self.models, self.device, self.alpha, kept),
                         models=None if given is not None else models, config=self.config.decode_config(v, 0))
@@ -546,7 +546,7 @@ class _Run:
         dc = plan.config(self.config.decode_config(v, repeat, max_new_tokens))
         with self.meter.measure() as energy:
             if v.method.loop is Loop.TRANSFORMERS:
-                rec = hf_generate(v.method.name, t, prompt.ids, dc, self.eos, d)
+                rec = hf_generate(v.method, t, prompt.ids, dc, self.eos, d)
                 rec.provenance = {"dtype": plan.dtype, "dtype_reason": plan.dtype_reason}
             else:
                 rec = generate_ids(t, prompt.ids, dc, draft=plan.drafter, gamma_policy=plan.gamma_policy,
@@ -580,7 +580,8 @@ class _Run:
         skipped = {}
         draft = self.models.draft
         for v in self.variants:
-            if v.method.name == "hf-assisted" and draft is not None and (why := assisted_unsupported(draft.model)):
+            if (v.method.loop is Loop.TRANSFORMERS and v.method.cost is Cost.DRAFT_MODEL and draft is not None
+                    and (why := assisted_unsupported(draft.model))):
                 skipped[v.label] = why
                 print(f"specrepro bench: skipping {v.label}: {why}", file=sys.stderr)
         todo = [job for job in self.todo if job[2] not in skipped]

@@ -41,7 +41,8 @@ from transformers import GenerationMixin, LlamaPreTrainedModel
 from .config import DecodeConfig
 from .decoding import Clock, check_prompt, model_device
 from .draft_model import ReducedVocabDraft
-from .methods import HF_METHODS
+from .methods import HF_METHODS, Cost, Loop, Method
+from .methods import method as get_method
 from .models import LoadedModel
 from .record import GenerationRecord
 
@@ -118,14 +119,18 @@ def _assistant_settings(assistant: torch.nn.Module, gamma: int) -> Iterator[None
         assistant.generation_config = saved
 
 
-def hf_generate(method: str, target: LoadedModel, prompt_ids: list[int], config: DecodeConfig,
+def hf_generate(method: str | Method, target: LoadedModel, prompt_ids: list[int], config: DecodeConfig,
                 eos: set[int], draft: LoadedModel | None = None) -> GenerationRecord:
-    """Run one transformers baseline; the record has the same fields as ours where they make sense."""
-    if method not in HF_METHODS:
-        raise ValueError(f"unknown transformers baseline {method!r}; choose one of {', '.join(HF_METHODS)}")
-    if method == "hf-assisted" and draft is None:
-        raise ValueError("hf-assisted needs a draft model (--draft NAME)")
-    assistant = as_assistant(draft.model) if method == "hf-assisted" else None
+    """Run one transformers baseline; the record has the same fields as ours where they make sense. Which of
+    transformers' decoders runs follows from the baseline's cost: a draft model is assisted generation, a model-free
+    draft is prompt lookup, plain is ``generate`` itself."""
+    spec = get_method(method)
+    if spec.loop is not Loop.TRANSFORMERS:
+        raise ValueError(f"{spec.name!r} is not a transformers baseline; choose one of {', '.join(HF_METHODS)}")
+    assisted = spec.cost is Cost.DRAFT_MODEL
+    if assisted and draft is None:
+        raise ValueError(f"{spec.name} needs a draft model (--draft NAME)")
+    assistant = as_assistant(draft.model) if assisted else None
     check_prompt(prompt_ids, config, target.context_length)
     model, s = target.model, config.sampling
     device = model_device(model)
@@ -136,11 +141,11 @@ def hf_generate(method: str, target: LoadedModel, prompt_ids: list[int], config:
     if not s.greedy:  # the warpers run in our order (temperature, top-k, top-p); 0 / 1.0 disable the last two
         kwargs.update(temperature=s.temperature, top_k=s.top_k, top_p=s.top_p)
     settings: contextlib.AbstractContextManager = contextlib.nullcontext()
-    if method == "hf-assisted":
+    if assisted:
         kwargs.update(assistant_model=assistant, num_assistant_tokens=config.gamma,
                       num_assistant_tokens_schedule="constant")
         settings = _assistant_settings(assistant, config.gamma)
-    elif method == "hf-prompt-lookup":
+    elif spec.cost is Cost.MODEL_FREE:
         kwargs.update(prompt_lookup_num_tokens=config.gamma)
 
     input_ids = torch.tensor([prompt_ids], dtype=torch.long, device=device)  # [1, T]
@@ -149,7 +154,7 @@ def hf_generate(method: str, target: LoadedModel, prompt_ids: list[int], config:
     clock = Clock(device)
     torch.manual_seed(config.seed)
     with settings, _count_calls(model, target_calls), contextlib.ExitStack() as stack:
-        if method == "hf-assisted":
+        if assisted:
             stack.enter_context(_count_calls(draft.model, draft_calls))
         start = clock.now()
         with torch.inference_mode():
@@ -157,7 +162,7 @@ def hf_generate(method: str, target: LoadedModel, prompt_ids: list[int], config:
         wall = clock.now() - start
     tokens = out[0, len(prompt_ids):].tolist()
     stop = "eos" if eos_list and tokens and tokens[-1] in eos else "max_new_tokens"
-    rec = GenerationRecord(method=method, token_ids=tokens, prompt_tokens=len(prompt_ids), wall_time_s=wall,
+    rec = GenerationRecord(method=spec.name, token_ids=tokens, prompt_tokens=len(prompt_ids), wall_time_s=wall,
                            target_calls=target_calls[0], draft_calls=draft_calls[0], time_other_s=wall,
                            stop_reason=stop, config=config.to_dict())
     if target.tokenizer is not None:

@@ -58,6 +58,12 @@ class Needs(enum.Enum):
     def flag(self) -> str | None:
         return {Needs.DRAFT_MODEL: "--draft NAME", Needs.NGRAM_TABLE: "--ngram-table FILE"}.get(self)
 
+    def source(self, draft_model=None, ngram_table=None, weights=None):
+        """What the drafter is built from, of what a run has: the draft model, the n-gram table, or the self-drafting
+        weights' folder or zoo name (None: the target's own in the zoo). The one place this is decided."""
+        return {Needs.DRAFT_MODEL: draft_model, Needs.NGRAM_TABLE: ngram_table, Needs.MEDUSA_HEADS: weights,
+                Needs.PPD_PROMPT_TOKENS: weights}.get(self)
+
 
 class NoParams(MethodParams):
     """The parameters of a method that has none."""

@@ -1,8 +1,10 @@
 """Online speculative decoding (survey blog): the draft distilled towards the target's rows while it serves, one
 update after every L-th sequence, from a FIFO buffer of verification steps."""
+import copy
 from dataclasses import dataclass
 
 from ..config import ONLINE_DIVERGENCES, ONLINE_EXAMPLES, MethodParams, number, param, whole
+from ..training.online import OnlineConfig, online_drafter
 from .base import Cost, Loop, Method, Needs
 
 
@@ -22,15 +24,11 @@ class Params(MethodParams):
 
 def drafter(draft, target, config):
     """A copy of the draft in fp32 that learns while serving: the draft other variants of a run use stays frozen."""
-    import copy
-
-    from ..drafters.online import OnlineDrafter
-    from ..training.online import OnlineConfig
     p = config.params
     online = OnlineConfig(buffer_size=p.online_buffer, update_every=p.online_every, steps_per_update=p.online_steps,
                           lr=p.online_lr, divergence=p.online_divergence, examples=p.online_examples,
                           seed=config.seed)
-    return OnlineDrafter(copy.deepcopy(draft.model).float(), online)
+    return online_drafter(copy.deepcopy(draft.model).float(), online)
 
 
 ONLINE = Method("online", Loop.SPECULATIVE, Cost.DRAFT_MODEL, needs=Needs.DRAFT_MODEL, params=Params,
