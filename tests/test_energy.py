@@ -60,8 +60,10 @@ def test_rapl_undoes_a_wrap_around(powercap):
     assert meter.read_j() == pytest.approx(1_500e-6)
 
 
-def test_measure_gives_the_energy_of_the_block(powercap):
+def test_measure_gives_the_energy_and_the_wall_time_of_the_block(powercap):
     meter = rapl_meter(powercap)
+    ticks = iter([10.0, 12.5])  # the meter's clock at the block's start and end
+    meter.clock = type("FakeClock", (), {"now": lambda self: next(ticks)})()
     _set(powercap, "intel-rapl:1", 8_000)  # before the block: not counted
     with meter.measure() as m:
         assert m.joules is None
@@ -69,7 +71,7 @@ def test_measure_gives_the_energy_of_the_block(powercap):
         _set(powercap, "intel-rapl:1", 1_008_000)
     assert m.source == "rapl" and m.reason is None
     assert m.joules == pytest.approx(3.0)
-    assert m.seconds >= 0.0
+    assert m.seconds == pytest.approx(2.5)  # the block's time on the meter's (device-synchronised) clock
 
 
 def test_no_powercap_tree_is_unavailable_with_a_reason(tmp_path):

@@ -294,7 +294,14 @@ def test_invalid_inputs(p, q, bound, match):
 
 
 def test_row_tolerance_accepts_tiny_rounding():
-    m.solve([0.5 + 4e-7, 0.5], [0.5, 0.5], 0.1)
+    """A row off by 4e-7 (within the 1e-6 tolerance) is solved as the row it rounds: p = q, so every draft is kept
+    and π = q, with KL 0 ≤ D; the same row off by 4e-6 is refused."""
+    sol = m.solve([0.5 + 4e-7, 0.5], [0.5, 0.5], 0.1)
+    np.testing.assert_allclose(sol.accept, [1.0, 1.0])
+    np.testing.assert_allclose(sol.pi, [0.5, 0.5], atol=1e-6)
+    assert sol.accept_prob == pytest.approx(1.0) and 0 <= sol.kl <= 0.1 + 1e-12
+    with pytest.raises(ValueError, match="sum to 1"):
+        m.solve([0.5 + 4e-6, 0.5], [0.5, 0.5], 0.1)
 
 
 # --------------------------------------------------------------------------------- Monte Carlo
