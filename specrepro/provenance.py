@@ -1,7 +1,7 @@
 """What every result file records about where it came from, and how result files are written.
 
 One home for the git revision (one format: the commit, with "(with uncommitted changes)" appended when the
-working tree differs) and for atomic writes (a temporary file renamed into place, so an interrupted run never
+working tree differs; ``git_state`` gives the same facts as data, the files that differ named) and for atomic writes (a temporary file renamed into place, so an interrupted run never
 leaves half a file).
 """
 from __future__ import annotations
@@ -22,6 +22,18 @@ def git_revision() -> str:
         return rev.stdout.strip() + (" (with uncommitted changes)" if dirty.stdout.strip() else "")
     except (OSError, subprocess.CalledProcessError):
         return "unknown"
+
+
+def git_state(paths: tuple[str, ...] = ("specrepro",)) -> dict:
+    """The commit and the files under ``paths`` that differ from it (``git status --porcelain`` lines, untracked
+    files included): {"revision": str | None, "dirty_files": [...]}. The draft trainer's record keeps this form."""
+    try:
+        rev = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True).stdout.strip()
+        dirty = subprocess.run(["git", "status", "--porcelain", "--", *paths], cwd=ROOT, capture_output=True,
+                               text=True).stdout.strip()
+        return {"revision": rev or None, "dirty_files": dirty.splitlines()}
+    except OSError:
+        return {"revision": None, "dirty_files": []}
 
 
 def atomic_write_text(path: Path, text: str) -> Path:

@@ -8,11 +8,12 @@ import torch
 
 from specrepro.autoregressive import autoregressive_generate
 from specrepro.config import DecodeConfig, SamplingConfig
-from specrepro.distill import (DIVERGENCES, ChatFormat, DistillConfig, Example, TaskOpenings, chat_format, coarsen,
-                               data_agreement, distill,
-                               fkl, generate_data, generate_shard, generate_task_shard, jsd, rkl, task_kind,
-                               teacher_forced_agreement, tvd)
-from specrepro.distill_stems import TASK_KINDS
+from specrepro.training.data import (ChatFormat, Example, TaskOpenings, chat_format, generate_data, generate_shard,
+                                     generate_task_shard, task_kind)
+from specrepro.training.draft import DistillConfig, distill
+from specrepro.training.evaluate import data_agreement, teacher_forced_agreement
+from specrepro.training.losses import DIVERGENCES, coarsen, fkl, jsd, rkl, tvd
+from specrepro.training.stems import TASK_KINDS
 from specrepro.draft_model import draft_from_target, load_draft_model, save_draft
 from specrepro.drafters import LMDrafter
 from specrepro.models import LoadedModel, check_pair, load_model, tiny_model

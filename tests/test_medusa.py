@@ -8,7 +8,7 @@ import torch
 from conftest import loaded
 from specrepro.autoregressive import autoregressive_generate
 from specrepro.config import DecodeConfig, SamplingConfig
-from specrepro.distill import Example
+from specrepro.training.data import Example
 from specrepro.drafters.medusa import (MedusaConfig, MedusaDrafter, MedusaHeads, hardware_tree_size, head_logits,
                                        random_paths,
                                        load_heads, paths_to_parents, save_heads, sparse_tree)

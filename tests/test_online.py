@@ -18,13 +18,14 @@ import torch
 
 from specrepro.autoregressive import autoregressive_generate
 from specrepro.config import DecodeConfig, MethodParams, SamplingConfig
-from specrepro.distill import DIVERGENCES
 from specrepro.draft_model import draft_from_target
 from specrepro.drafters import LMDrafter, Proposal
-from specrepro.drafters.online import OnlineDrafter
+from specrepro.drafters.online import OnlineDrafter, OnlineSample, SequenceSample
 from specrepro.models import tiny_model
 from specrepro.speculative import speculative_generate
-from specrepro.training.online import OnlineBuffer, OnlineConfig, OnlineSample, SequenceSample, serve_stream
+from specrepro.training.losses import DIVERGENCES
+from specrepro.training.online import (OnlineBuffer, OnlineConfig, OnlineLearner, example_of, online_drafter,
+                                       serve_stream)
 from specrepro.warping import warp
 from test_drafters import FALSE_ALARM, PROMPT, V, chi2_pvalue, exact_first_two
 
@@ -41,7 +42,7 @@ def pair():
 
 
 def online(draft, config=FAST) -> OnlineDrafter:
-    return OnlineDrafter(copy.deepcopy(draft), config)  # the module's draft stays untouched for other tests
+    return online_drafter(copy.deepcopy(draft), config)  # the module's draft stays untouched for other tests
 
 
 def state(model) -> dict:
@@ -177,7 +178,7 @@ def test_a_sequence_example_holds_each_steps_rows_where_they_lie_on_the_committe
     for r, n in enumerate(merged.positions.tolist()):
         assert torch.equal(merged.top_probs[r], expected[n])
     assert merged.rows < sum(s.rows for s, _ in steps)  # rejected branches are left out
-    ex = merged.to_example()
+    ex = example_of(merged)
     assert ex.has_row.nonzero().flatten().tolist() == merged.positions.tolist()
     with pytest.raises(ValueError, match="prefix"):
         SequenceSample.from_steps([9] + ids[1:], steps)
@@ -230,10 +231,10 @@ def test_each_divergence_lowers_its_loss_on_the_buffer(pair, divergence):
 
 
 def test_a_reduced_vocabulary_draft_learns_online_and_stays_exact(pair):
-    """The zoo's draft kind (``ReducedVocabDraft``) goes through distill.train_step as it is."""
+    """The zoo's draft kind (``ReducedVocabDraft``) goes through training.losses.batch_loss as it is."""
     target, _ = pair
     draft = draft_from_target(target, torch.tensor([0, 1, 2, 3, 5, 6]), n_layers=1).eval()  # ids 4, 7 never drafted
-    drafter = OnlineDrafter(draft, FAST)
+    drafter = online_drafter(draft, FAST)
     before = state(draft)
     config = DecodeConfig(max_new_tokens=10, gamma=3)
     stream = serve_stream(target, drafter, PROMPTS, config)
@@ -283,7 +284,7 @@ class ReportsTheStartingRows(OnlineDrafter):
     tokens were drawn from (what a drafter that kept stale rows or a stale cache across an update would do)."""
 
     def __init__(self, model, config):
-        super().__init__(model, config)
+        super().__init__(OnlineLearner(model, config))
         self.start = copy.deepcopy(model).eval()
 
     def propose(self, ids, gamma, sampling, generator):

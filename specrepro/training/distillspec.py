@@ -1,7 +1,7 @@
 """The DistillSpec study (survey blog, "Draft Model Distillation"; Zhou et al. 2023, DistillSpec): which divergence
 and which source of training outputs distil the best draft for speculative decoding.
 
-The grid, as the blog's table: divergences FKL, JSD, RKL and TVD (``specrepro.distill.DIVERGENCES``) × where the
+The grid, as the blog's table: divergences FKL, JSD, RKL and TVD (``training.losses.DIVERGENCES``) × where the
 outputs y of the training pairs (x, y) come from:
 
 - ``fixed``: the dataset's own outputs (here: the written reference answers of the suites);
@@ -11,7 +11,7 @@ outputs y of the training pairs (x, y) come from:
 
 The inputs x are always the prompts of the train split; whatever wrote y, the teacher's rows p(· | x, y_<j) at
 every output position come from one forward of the target (kept as its top-k plus the tail mass, as
-``specrepro.distill`` stores them), and every cell takes ``distill.train_step`` on them.
+``training.data`` stores them), and every cell steps on ``training.losses.batch_loss`` in the trainer loop.
 
 The baseline. DistillSpec distils pretrained drafts; ours is the shipped zoo draft (``smollm2-135m-draft``:
 distilled once with FKL on generic target-written chats, never on these suites). Every cell starts from a copy of
@@ -39,12 +39,20 @@ import numpy as np
 import torch
 from tqdm import tqdm
 
+from simulations.speculative import expected_tokens
+
 from ..autoregressive import autoregressive_generate
 from ..config import DecodeConfig, SamplingConfig
-from ..distill import DIVERGENCES, Example, collate, data_agreement, generate_with_rows, train_step
+from ..decoding import eos_ids
 from ..drafters import LMDrafter
+from ..prompts import encode_prompt, load_suite
 from ..provenance import atomic_write_text
+from ..record import pooled_alpha
 from ..speculative import speculative_generate
+from .data import Example, collate, generate_with_rows
+from .evaluate import data_agreement
+from .loop import Trainer, train_loop
+from .losses import DIVERGENCES, batch_loss
 
 SOURCES = ("fixed", "draft", "target", "mix")  # where the outputs y come from (rows of the blog's table)
 DIVERGENCE_ORDER = ("fkl", "jsd", "rkl", "tvd")  # columns, in the blog's order
@@ -118,10 +126,6 @@ class StudyData:
 def suite_data(target, cfg: StudyConfig) -> StudyData:
     """The suites' prompts, chat-encoded for ``target`` (a ``LoadedModel``): the first ``held_out_per_suite`` of
     each held out, the rest with their reference answers (+ the end-of-turn id) as the train split."""
-    from ..decoding import eos_ids
-    from ..generate import encode_prompt
-    from ..prompts import load_suite
-
     tok = target.tokenizer
     stop = tok.convert_tokens_to_ids(tok.eos_token)
     train, held = [], []
@@ -208,10 +212,13 @@ def train_cell(target: torch.nn.Module, draft: torch.nn.Module, data: StudyData,
     reference examples of the train pairs, ``pool[s]`` the target's samples for step s. Returns (draft, log)."""
     student = copy.deepcopy(draft).float()
     student.requires_grad_(True)
-    opt = torch.optim.AdamW(student.parameters(), lr=cfg.lr, betas=(0.9, 0.95), weight_decay=0.0)
-    losses, sample_s, train_s, drawn = [], 0.0, 0.0, 0
-    for step, picked in enumerate(schedule(len(data.train), cfg)):
-        t0 = time.perf_counter()
+    trainer = Trainer(student, cfg.lr, betas=(0.9, 0.95), max_grad_norm=1.0)  # constant lr: already trained
+    steps = schedule(len(data.train), cfg)
+    sample_s, drawn = 0.0, 0
+
+    def loss(step: int) -> torch.Tensor:
+        nonlocal sample_s, drawn
+        t0, picked = time.perf_counter(), steps[step]
         if source == "fixed":
             batch = [fixed[i] for i in picked]
         elif source == "target":
@@ -222,27 +229,31 @@ def train_cell(target: torch.nn.Module, draft: torch.nn.Module, data: StudyData,
             outputs = draft_samples(student, prompts, cfg, set(data.eos), seed=cfg.seed * 1_000_003 + 1000 * step)
             drawn += len(outputs)
             batch = teacher_examples(target, list(zip(prompts, outputs)), cfg.top_k) + pool[step][n_draft:]
-        t1 = time.perf_counter()
-        losses.append(train_step(student, collate(batch, cfg.max_len), divergence, opt))
-        sample_s, train_s = sample_s + t1 - t0, train_s + time.perf_counter() - t1
+        sample_s += time.perf_counter() - t0
+        student.train()
+        return batch_loss(student, collate(batch, cfg.max_len), divergence)
+
+    log = train_loop(trainer, len(steps), loss, progress=False)
     student.eval()
-    return student, {"losses": [round(x, 5) for x in losses], "draft_outputs": drawn, "sampling_s": round(sample_s, 1),
-                     "train_s": round(train_s, 1)}
+    return student, {"losses": [round(x, 5) for x in log.losses], "draft_outputs": drawn,
+                     "sampling_s": round(sample_s, 1), "train_s": round(log.seconds - sample_s, 1)}
 
 
 def measure_tau(target: torch.nn.Module, draft: torch.nn.Module, data: StudyData, cfg: StudyConfig) -> dict:
     """Speculative sampling with ``draft`` on every held-out prompt (seed cfg.seed + k): per prompt new tokens,
     target calls, accepted and tested draft tokens; pooled τ = Σ new / Σ calls and α."""
-    rows = []
+    rows, records = [], []
     sampling = SamplingConfig(temperature=cfg.eval_temperature)
     for k, (suite, x) in enumerate(data.held_out):
         config = DecodeConfig(max_new_tokens=cfg.eval_max_new, gamma=cfg.gamma, sampling=sampling, seed=cfg.seed + k)
         rec = speculative_generate(target, LMDrafter(draft), list(x), config, set(data.eos))
+        records.append(rec)
         rows.append({"suite": suite, "new_tokens": rec.new_tokens, "target_calls": rec.target_calls,
                      "accepted": sum(rec.accept_lengths), "tested": rec.tested})
     new, calls = sum(r["new_tokens"] for r in rows), sum(r["target_calls"] for r in rows)
-    acc, tested = sum(r["accepted"] for r in rows), sum(r["tested"] for r in rows)
-    return {"tau": new / calls, "alpha": acc / tested if tested else None, "prompts": rows}
+    return {"tau": new / calls, "alpha": pooled_alpha([a for r in records for a in r.accept_lengths],
+                                                      [g for r in records for g in r.proposed_lengths]),
+            "prompts": rows}
 
 
 def relative_gain(cell: list[dict], base: list[dict], resamples: int, seed: int) -> dict:
@@ -265,11 +276,12 @@ def evaluate(target: torch.nn.Module, draft: torch.nn.Module, data: StudyData, c
     """τ by speculative sampling on the held-out prompts, and the teacher-forced Σ min(p, q) (over the teacher's
     top-k: a lower bound) and top-1 agreement on the target's samples of them."""
     t0 = time.perf_counter()
-    tau = measure_tau(target, draft, data, cfg)
+    measured = measure_tau(target, draft, data, cfg)
     agreement = data_agreement(draft, held_samples, cfg.max_len)
     a = agreement["overlap"]
-    expected = (1 - a ** (cfg.gamma + 1)) / (1 - a)  # E[tokens per call] of a chain with i.i.d. acceptance a
-    return {**tau, "overlap": a, "top1": agreement["top1"], "expected_tau_from_overlap": expected,
+    # E[tokens per call] of a chain with i.i.d. acceptance a (γ + 1 at a = 1); a float32 Σ min may pass 1 by rounding
+    expected = float(expected_tokens(min(a, 1.0), cfg.gamma))
+    return {**measured, "overlap": a, "top1": agreement["top1"], "expected_tau_from_overlap": expected,
             "eval_s": round(time.perf_counter() - t0, 1)}
 
 

@@ -3,12 +3,12 @@
     python -m specrepro.training.medusa --out runs/medusa --seed 0
 
 1. Data (``DIR/data``, resumable): conversations written by the target with its top-k rows at every generated
-   position, exactly as ``specrepro.distill`` makes them (free and task-style shards; no suite prompt is shown).
+   position, exactly as ``training.data`` makes them for the draft (free and task-style shards; no suite prompt is shown).
 2. The frozen backbone runs once over every conversation; its final hidden states are kept in memory (the
    heads are all that trains, so this makes CPU training cheap).
 3. Head k (1-based) at position t learns the teacher's distribution of the token k+1 positions ahead (its top-k
-   row, renormalised; the base LM head already gives the next one): −Σ_j p_j log q_k(id_j), through the target's frozen LM head. Every 20th conversation is held
-   out.
+   row, renormalised; the base LM head already gives the next one): −Σ_j p_j log q_k(id_j), through the target's
+   frozen LM head, in the package's trainer loop (``training.loop``). Every 20th conversation is held out.
 4. On the held-out conversations: each head's top-1..top-k_max accuracy against the teacher's argmax, which
    gives the rank probabilities the sparse tree is built from (``drafters.medusa.sparse_tree``).
 5. ``DIR/heads`` gets the heads, their config (with the rank probabilities) and ``training_record.json``.
@@ -19,7 +19,6 @@ import argparse
 import dataclasses
 import json
 import sys
-import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -27,11 +26,10 @@ import numpy as np
 import torch
 from tqdm import tqdm
 
-from ..distill import DistillConfig, Example, chat_format, generate_data, load_data, task_openings
 from ..drafters.medusa import MedusaConfig, MedusaHeads, save_heads
 from ..models import LoadedModel, load_model
-from ..provenance import atomic_write_text
-from . import begin_run
+from .data import DataConfig, Example, chat_format, generate_data, load_data, task_openings
+from .loop import Trainer, begin_run, train_loop, warmup_cosine
 
 
 @dataclass(frozen=True)
@@ -39,7 +37,7 @@ class MedusaTrainConfig:
     target: str = "smollm2-135m-instruct"
     seed: int = 0
     num_heads: int = 3  # K
-    shards: int = 4  # free target-written conversation shards (specrepro.distill, 64 conversations each)
+    shards: int = 4  # free target-written conversation shards (training.data, 64 conversations each)
     task_shards: int = 4  # task-style shards on top
     gen_batch: int = 64  # conversations per shard
     max_len: int = 320  # positions per conversation kept
@@ -54,9 +52,9 @@ class MedusaTrainConfig:
         return dataclasses.asdict(self)
 
 
-def data_config(cfg: MedusaTrainConfig) -> DistillConfig:
+def data_config(cfg: MedusaTrainConfig) -> DataConfig:
     """The distillation data recipe, reused: same generator, fewer shards."""
-    return DistillConfig(target=cfg.target, seed=cfg.seed, shards=cfg.shards, task_shards=cfg.task_shards,
+    return DataConfig(target=cfg.target, seed=cfg.seed, shards=cfg.shards, task_shards=cfg.task_shards,
                          gen_batch=cfg.gen_batch)
 
 
@@ -149,22 +147,19 @@ def topk_accuracy(heads: MedusaHeads, lm_head: torch.nn.Module, hidden: list[tor
 def train_medusa(cfg: MedusaTrainConfig, out: str | Path, target: LoadedModel | None = None,
                  command: list[str] | None = None) -> dict:
     """The whole recipe (module docstring); ``target`` defaults to the zoo target in fp32 (tests pass a tiny one)."""
-    out, command, revision = begin_run(out, cfg, "specrepro.training.medusa", command)
-    times, t_start = {}, time.perf_counter()
+    run = begin_run(out, cfg, "specrepro.training.medusa", command)
+    out, timer = run.out, run.timer
 
-    # 1. Data, as specrepro.distill writes it.
-    t0 = time.perf_counter()
-    target = target if target is not None else load_model(cfg.target, dtype="fp32", device="cpu")
-    dcfg = data_config(cfg)
-    chat = chat_format(target)
-    made = generate_data(target.model, chat, dcfg, out / "data", task_openings(target.tokenizer))
-    examples = load_data(out / "data", dcfg)
-    times["data_s"] = time.perf_counter() - t0
+    # 1. Data, as training.data writes it.
+    with timer.phase("data"):
+        target = target if target is not None else load_model(cfg.target, dtype="fp32", device="cpu")
+        dcfg = data_config(cfg)
+        made = generate_data(target.model, chat_format(target), dcfg, out / "data", task_openings(target.tokenizer))
+        examples = load_data(out / "data", dcfg)
 
     # 2. Backbone hidden states, once.
-    t0 = time.perf_counter()
-    hidden = hidden_states(target.model, examples, cfg.max_len)
-    times["hidden_s"] = time.perf_counter() - t0
+    with timer.phase("hidden"):
+        hidden = hidden_states(target.model, examples, cfg.max_len)
     val_ids = [i for i in range(len(examples)) if i % 20 == 0]
     train_ids = [i for i in range(len(examples)) if i % 20]
     all_pos = positions(examples, cfg.num_heads, cfg.max_len)
@@ -173,40 +168,30 @@ def train_medusa(cfg: MedusaTrainConfig, out: str | Path, target: LoadedModel | 
     val_pos = Positions(*(t[is_val] for t in (all_pos.conv, all_pos.pos, all_pos.head)))
 
     # 3. Train the heads; the backbone and its LM head stay frozen.
-    t0 = time.perf_counter()
-    torch.manual_seed(cfg.seed)
-    lm_head = target.model.get_output_embeddings()
-    lm_head.requires_grad_(False)
-    hsize = target.model.config.hidden_size
-    heads = MedusaHeads(hsize, cfg.num_heads).float().train()
-    opt = torch.optim.AdamW(heads.parameters(), lr=cfg.lr, weight_decay=0.0)
-    sched = torch.optim.lr_scheduler.LambdaLR(
-        opt, lambda s: min(1.0, (s + 1) / cfg.warmup) * 0.5 * (1 + np.cos(np.pi * min(s, cfg.steps) / cfg.steps)))
-    g = torch.Generator().manual_seed(cfg.seed)
-    val_sample = torch.randperm(val_pos.conv.numel(), generator=g)[:2048]
-    val_small = Positions(val_pos.conv[val_sample], val_pos.pos[val_sample], val_pos.head[val_sample])
-    losses, vals = [], []
-    for step in tqdm(range(cfg.steps), desc="medusa: heads", file=sys.stderr):
-        pick = torch.randint(0, train_pos.conv.numel(), (cfg.batch_positions,), generator=g)
-        batch = Positions(train_pos.conv[pick], train_pos.pos[pick], train_pos.head[pick])
-        loss = batch_loss(heads, lm_head, hidden, examples, batch, cfg.num_heads)
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        opt.step()
-        sched.step()
-        losses.append(float(loss))
-        if (step + 1) % 100 == 0 or step + 1 == cfg.steps:
-            with torch.no_grad():
-                vals.append((step + 1, float(batch_loss(heads, lm_head, hidden, examples, val_small, cfg.num_heads))))
-    heads.eval().requires_grad_(False)
-    times["train_s"] = time.perf_counter() - t0
+    with timer.phase("train"):
+        torch.manual_seed(cfg.seed)
+        lm_head = target.model.get_output_embeddings()
+        lm_head.requires_grad_(False)
+        hsize = target.model.config.hidden_size
+        heads = MedusaHeads(hsize, cfg.num_heads).float().train()
+        trainer = Trainer(heads, cfg.lr, schedule=lambda s: warmup_cosine(s, cfg.steps, cfg.warmup))
+        g = torch.Generator().manual_seed(cfg.seed)
+        val_sample = torch.randperm(val_pos.conv.numel(), generator=g)[:2048]
+        val_small = Positions(val_pos.conv[val_sample], val_pos.pos[val_sample], val_pos.head[val_sample])
+
+        def loss(step: int) -> torch.Tensor:
+            pick = torch.randint(0, train_pos.conv.numel(), (cfg.batch_positions,), generator=g)
+            batch = Positions(train_pos.conv[pick], train_pos.pos[pick], train_pos.head[pick])
+            return batch_loss(heads, lm_head, hidden, examples, batch, cfg.num_heads)
+
+        log = train_loop(trainer, cfg.steps, loss, val_every=100, desc="medusa: heads",
+                         validate=lambda: float(batch_loss(heads, lm_head, hidden, examples, val_small, cfg.num_heads)))
+        heads.eval().requires_grad_(False)
 
     # 4. Held-out top-k accuracies -> rank probabilities for the sparse tree.
-    t0 = time.perf_counter()
-    acc = topk_accuracy(heads, lm_head, hidden, examples, val_pos, cfg.num_heads, cfg.k_max)
-    rank_probs = np.diff(acc, axis=1, prepend=0.0).clip(min=0.0)
-    times["eval_s"] = time.perf_counter() - t0
-    times["total_s"] = time.perf_counter() - t_start
+    with timer.phase("eval"):
+        acc = topk_accuracy(heads, lm_head, hidden, examples, val_pos, cfg.num_heads, cfg.k_max)
+        rank_probs = np.diff(acc, axis=1, prepend=0.0).clip(min=0.0)
 
     # 5. Files.
     config = MedusaConfig(hidden_size=hsize, num_heads=cfg.num_heads, target=cfg.target,
@@ -214,21 +199,16 @@ def train_medusa(cfg: MedusaTrainConfig, out: str | Path, target: LoadedModel | 
     save_heads(heads, config, out / "heads")
     trainable = sum(p.numel() for p in heads.parameters())
     backbone = sum(p.numel() for p in target.model.parameters())
-    record = {
-        "command": command, "config": cfg.to_dict(), "git_revision": revision,
-        "data": {"recipe": "specrepro.distill.generate_data", "shards": cfg.shards, "task_shards": cfg.task_shards,
-                 "shards_generated_now": made, "conversations": len(examples), "train_conversations": len(train_ids),
-                 "val_conversations": len(val_ids), "train_positions": int(train_pos.conv.numel()),
-                 "val_positions": int(val_pos.conv.numel())},
-        "heads": {"num_heads": cfg.num_heads, "trainable_parameters": trainable, "target_parameters": backbone,
-                  "trainable_fraction": trainable / backbone},
-        "train": {"losses": [round(x, 5) for x in losses], "val_losses": vals},
-        "held_out_topk_accuracy": {f"head_{k + 1}": [round(float(x), 4) for x in acc[k]] for k in range(cfg.num_heads)},
-        "times_s": {k: round(v, 1) for k, v in times.items()},
-        "versions": {"torch": torch.__version__, "python": sys.version.split()[0]},
-    }
-    atomic_write_text(out / "heads" / "training_record.json", json.dumps(record, indent=1) + "\n")
-    atomic_write_text(out / "training_record.json", json.dumps(record, indent=1) + "\n")
+    record = run.record(
+        data={"recipe": "specrepro.training.data.generate_data", "shards": cfg.shards, "task_shards": cfg.task_shards,
+              "shards_generated_now": made, "conversations": len(examples), "train_conversations": len(train_ids),
+              "val_conversations": len(val_ids), "train_positions": int(train_pos.conv.numel()),
+              "val_positions": int(val_pos.conv.numel())},
+        heads={"num_heads": cfg.num_heads, "trainable_parameters": trainable, "target_parameters": backbone,
+               "trainable_fraction": trainable / backbone},
+        train={"losses": [round(x, 5) for x in log.losses], "val_losses": log.vals},
+        held_out_topk_accuracy={f"head_{k + 1}": [round(float(x), 4) for x in acc[k]] for k in range(cfg.num_heads)})
+    run.write(record, out / "heads")
     return record
 
 

@@ -6,16 +6,19 @@ likelihoods for training later on ... one update step on the buffer ... every L 
 the draft and scoring them with the target is what a verification step already does, so the training data is
 free: after each step the loop hands the drafter the target's rows over the proposal (``StepFeedback.p``).
 
-- ``OnlineSample``: one verification step as training data, the context the draft proposed after, its γ tokens
-  and the target's top-k probabilities (plus the tail mass) at each of the γ draft positions.
-- ``OnlineBuffer``: the last ``buffer_size`` samples, first in first out.
-- ``OnlineLearner``: counts served sequences and, after every L-th, takes ``steps_per_update`` optimiser steps of
-  ``specrepro.distill.train_step`` (the package's one distillation step, its divergences FKL/RKL/JSD/TVD on the
-  draft's reduced vocabulary) on the buffer, then the draft serves with the new weights.
+The drafter (``drafters.online.OnlineDrafter``) turns those rows into samples (``OnlineSample``, one verification
+step; ``SequenceSample``, one served sequence) and hands them to its learner, which lives here:
+
+- ``OnlineConfig``: how the draft learns while it serves;
+- ``OnlineBuffer``: the last ``buffer_size`` samples, first in first out;
+- ``OnlineLearner``: counts served sequences and, after every L-th, takes ``steps_per_update`` optimiser steps on
+  the buffer (``training.losses.batch_loss``: DistillSpec's divergences FKL/RKL/JSD/TVD on the draft's reduced
+  vocabulary, one ``training.loop.Trainer.step`` each), then the draft serves with the new weights;
+- ``online_drafter``: a draft model and its learner, as one drafter;
 - ``serve_stream``: speculative decoding over a list of prompts, with per-sequence α, updates and their cost.
 
 Which distribution the draft is distilled towards. The loop gives the target's *warped* rows p̃ (those the
-acceptance rule used), not its logits. The draft learns its raw q (T = 1, the distribution ``specrepro.distill``
+acceptance rule used), not its logits. The draft learns its raw q (T = 1, the distribution ``training.draft``
 trains) towards the target's raw row recovered from p̃: p ∝ p̃^T at temperature T > 0, exact when temperature
 alone warps, and with top-k/top-p the raw p restricted to the kept support, the only part acceptance tests. A
 raw q close to the raw p makes the warped q close to the warped p at every temperature, which is what α =
@@ -43,13 +46,16 @@ from dataclasses import dataclass, field
 import torch
 
 from ..acceptance import TREE_RULES, TreeRule
-from ..config import ONLINE_EXAMPLES, DecodeConfig, SamplingConfig
+from ..config import ONLINE_EXAMPLES, DecodeConfig
 from ..decoding import Clock, model_device
-from ..distill import DIVERGENCES, DistillBatch, Example, collate, train_step
 from ..draft_model import ReducedVocabDraft
 from ..drafters.base import Drafter
+from ..drafters.online import OnlineDrafter, OnlineSample, SequenceSample
 from ..record import GenerationRecord, pooled_alpha
 from ..speculative import speculative_generate
+from .data import DistillBatch, Example, collate
+from .loop import Trainer
+from .losses import DIVERGENCES, batch_loss
 
 
 @dataclass(frozen=True)
@@ -60,11 +66,11 @@ class OnlineConfig:
     update_every: int = 8  # L: one update after every L served sequences
     steps_per_update: int = 1  # optimiser steps per update (the blog: "one update step on the buffer")
     lr: float = 1e-4  # AdamW; small, as the draft is already trained and keeps serving between updates
-    divergence: str = "fkl"  # a key of specrepro.distill.DIVERGENCES; forward KL as the online-SD paper
+    divergence: str = "fkl"  # a key of training.losses.DIVERGENCES; forward KL as the online-SD paper
     batch_size: int | None = None  # buffer samples per optimiser step, drawn without replacement; None: all
-    top_k: int = 32  # target probabilities kept per draft position, plus the tail mass (as specrepro.distill)
+    top_k: int = 32  # target probabilities kept per draft position, plus the tail mass (as training.data)
     flush: bool = False  # empty the buffer after each update (the blog's "flushing it every L sequences")
-    max_grad_norm: float = 1.0  # gradient clipping in distill.train_step
+    max_grad_norm: float = 1.0  # gradient clipping of each update step
     seed: int = 0  # the generator that draws minibatches from the buffer
     # "steps": every verification step is an example of its own, re-run over its whole context (the blog's buffer);
     # "sequences": the steps of one served sequence become one example, the sequence itself with the target's rows
@@ -97,88 +103,6 @@ class OnlineConfig:
 # ------------------------------------------------------------------------------------------- the data
 
 
-def teacher_rows(p: torch.Tensor, sampling: SamplingConfig) -> torch.Tensor:
-    """The target's raw rows [N, V] as far as its warped rows p̃ [N, V] give them: p̃^T renormalised at T > 0
-    (exp(T log p̃) ∝ exp(z)), the one-hot argmax itself at T = 0 (module docstring)."""
-    p = p.float()
-    if sampling.greedy:
-        return p
-    return torch.softmax(sampling.temperature * torch.log(p), dim=-1)  # p̃ = 0 stays 0 (log 0 = −inf)
-
-
-@dataclass(frozen=True)
-class OnlineSample:
-    """One verification step as training data: after ``context`` the draft proposed ``tokens`` (x_0..x_{γ−1});
-    row i is the target's distribution of x_i given context + x_<i, kept as its top-k and the tail mass."""
-
-    context: tuple[int, ...]  # the committed sequence the draft proposed after (prompt included)
-    tokens: tuple[int, ...]  # [γ] the draft's tokens
-    top_ids: torch.Tensor  # [γ, K] long
-    top_probs: torch.Tensor  # [γ, K] float32
-    tail: torch.Tensor  # [γ] float32, 1 − Σ top_probs
-
-    @classmethod
-    def from_step(cls, context: list[int], tokens: list[int], p: torch.Tensor, sampling: SamplingConfig,
-                  top_k: int) -> "OnlineSample":
-        """From the target's warped rows p [γ, V] at the draft's γ positions (``StepFeedback.p[:γ]``)."""
-        if p.dim() != 2 or p.shape[0] != len(tokens):
-            raise ValueError(f"need one target row per draft token: {len(tokens)} tokens, rows {tuple(p.shape)}")
-        rows = teacher_rows(p, sampling).cpu()  # [γ, V]
-        top = torch.topk(rows, min(top_k, rows.shape[-1]), dim=-1)  # [γ, K] each
-        return cls(tuple(context), tuple(tokens), top.indices, top.values,
-                   (1 - top.values.sum(-1)).clamp(min=0))
-
-    @property
-    def rows(self) -> int:
-        return len(self.tokens)
-
-    def to_example(self) -> Example:
-        """As ``specrepro.distill``'s data: tokens = context + x_0..x_{γ−1}, a teacher row for each x_i."""
-        return Example.with_rows(self.context + self.tokens, slice(len(self.context), None), self.top_ids,
-                                 self.top_probs, self.tail)
-
-
-@dataclass(frozen=True)
-class SequenceSample:
-    """One served sequence as training data: its committed tokens and the target's rows at the R draft positions
-    that lie on it (``OnlineConfig.examples = "sequences"``)."""
-
-    tokens: tuple[int, ...]  # [L] the committed sequence, prompt included
-    positions: torch.Tensor  # [R] long: row r is the target's law of tokens[positions[r]] given tokens[:positions[r]]
-    top_ids: torch.Tensor  # [R, K] long
-    top_probs: torch.Tensor  # [R, K] float32
-    tail: torch.Tensor  # [R] float32
-
-    @classmethod
-    def from_steps(cls, ids: list[int], steps: list[tuple[OnlineSample, int]]) -> "SequenceSample":
-        """Merge a sequence's verification steps (sample, draft tokens accepted) given its committed ``ids``.
-
-        Row i of a step whose context has n0 tokens conditions on context + x_<i; that prefix is on the committed
-        sequence while x_<i were all accepted, i.e. for i <= accepted (row ``accepted`` is the first rejected
-        position, whose committed token is the residual's). Rows after a rejection condition on rejected tokens
-        and are left out; so are rows at or past the end of ``ids``."""
-        k = steps[0][0].top_ids.shape[-1] if steps else 1
-        positions: list[int] = []
-        rows = [(torch.zeros(0, k, dtype=torch.long), torch.zeros(0, k), torch.zeros(0))]  # (ids, probs, tail)
-        for sample, accepted in steps:  # contexts grow step by step, so positions come out increasing
-            n0 = len(sample.context)
-            if tuple(ids[:n0]) != sample.context:
-                raise ValueError("a step's context is not a prefix of the committed sequence")
-            m = max(0, min(accepted + 1, len(sample.tokens), len(ids) - n0))
-            positions += range(n0, n0 + m)
-            rows.append((sample.top_ids[:m], sample.top_probs[:m], sample.tail[:m]))
-        top_ids, top_probs, tail = (torch.cat(parts) for parts in zip(*rows))
-        return cls(tuple(ids), torch.tensor(positions, dtype=torch.long), top_ids.long(), top_probs.float(),
-                   tail.float())
-
-    @property
-    def rows(self) -> int:
-        return int(self.positions.numel())
-
-    def to_example(self) -> Example:
-        return Example.with_rows(self.tokens, self.positions, self.top_ids, self.top_probs, self.tail)
-
-
 class OnlineBuffer:
     """The last ``size`` samples, first in first out."""
 
@@ -207,7 +131,7 @@ class OnlineBuffer:
 
 class FullVocabStudent(torch.nn.Module):
     """A causal LM whose head covers the whole vocabulary, seen as a reduced-vocabulary draft that keeps every id
-    (``token_map`` the identity), so that ``distill.train_step`` trains it unchanged."""
+    (``token_map`` the identity), so that ``training.losses.batch_loss`` trains it unchanged."""
 
     def __init__(self, lm: torch.nn.Module):
         super().__init__()
@@ -221,12 +145,17 @@ class FullVocabStudent(torch.nn.Module):
 
 
 def as_student(model: torch.nn.Module) -> torch.nn.Module:
-    """What ``distill.train_step`` trains: a ``ReducedVocabDraft`` as it is, any other causal LM wrapped."""
+    """What ``training.losses.batch_loss`` trains: a ``ReducedVocabDraft`` as it is, any other causal LM wrapped."""
     return model if isinstance(model, ReducedVocabDraft) else FullVocabStudent(model)
 
 
 def batch_to(batch: DistillBatch, device: torch.device) -> DistillBatch:
     return DistillBatch(*(getattr(batch, f.name).to(device) for f in dataclasses.fields(batch)))
+
+
+def example_of(sample: OnlineSample | SequenceSample) -> Example:
+    """A buffered sample as distillation data: its sequence with a teacher row at each of its draft positions."""
+    return Example.with_rows(*sample.teacher())
 
 
 @dataclass(frozen=True)
@@ -242,7 +171,7 @@ class UpdateReport:
 
 
 class OnlineLearner:
-    """The draft's training side: the buffer, AdamW, and an update after every L-th served sequence.
+    """The draft's training side: the buffer, the trainer (AdamW), and an update after every L-th served sequence.
 
     The draft ``model`` is trained in place (its parameters are set to require gradients); it is the same module
     the drafter samples from, and it is left in eval mode after each update."""
@@ -252,8 +181,7 @@ class OnlineLearner:
         self.model = model
         self.student = as_student(model)
         self.model.requires_grad_(True)
-        self.optimizer = torch.optim.AdamW(self.student.parameters(), lr=config.lr, betas=(0.9, 0.95),
-                                           weight_decay=0.0)
+        self.trainer = Trainer(self.student, config.lr, betas=(0.9, 0.95), max_grad_norm=config.max_grad_norm)
         self.buffer = OnlineBuffer(config.buffer_size)
         self.generator = torch.Generator().manual_seed(config.seed)
         self.clock = Clock(model_device(model))
@@ -276,7 +204,7 @@ class OnlineLearner:
         return self.update()
 
     def update(self) -> UpdateReport:
-        """``steps_per_update`` steps of ``distill.train_step`` on the buffer (or on seeded minibatches of it)."""
+        """``steps_per_update`` trainer steps on the buffer (or on seeded minibatches of it)."""
         cfg, samples = self.config, list(self.buffer.samples)
         if not samples:
             raise ValueError("the buffer is empty: serve at least one verification step before an update")
@@ -288,10 +216,10 @@ class OnlineLearner:
             if cfg.batch_size is not None and cfg.batch_size < len(samples):
                 order = torch.randperm(len(samples), generator=self.generator)[: cfg.batch_size].tolist()
                 picked = [samples[i] for i in order]
-            examples = [s.to_example() for s in picked]
+            examples = [example_of(s) for s in picked]
             batch = collate(examples, max_len=max(len(e.tokens) for e in examples))  # every row kept
-            losses.append(train_step(self.student, batch_to(batch, device), cfg.divergence, self.optimizer,
-                                     cfg.max_grad_norm))
+            self.student.train()
+            losses.append(self.trainer.step(batch_loss(self.student, batch_to(batch, device), cfg.divergence)))
         self.student.eval()
         report = UpdateReport(after_sequence=self.sequences, samples=len(samples), rows=self.buffer.rows,
                               losses=tuple(losses), seconds=self.clock.now() - t0)
@@ -299,6 +227,12 @@ class OnlineLearner:
             self.buffer.clear()
         self.reports.append(report)
         return report
+
+
+def online_drafter(model: torch.nn.Module, config: OnlineConfig = OnlineConfig()) -> OnlineDrafter:
+    """The online drafter: proposes from ``model`` (a ``ReducedVocabDraft`` or any causal LM) and trains it in place
+    with an ``OnlineLearner`` of ``config``."""
+    return OnlineDrafter(OnlineLearner(model, config))
 
 
 # ------------------------------------------------------------------------------------------ serving
@@ -357,8 +291,6 @@ def serve_stream(target: torch.nn.Module, drafter: Drafter, prompts: list[list[i
 
     An ``OnlineDrafter`` closes each sequence right after it (``end_sequence``: every L-th one is followed by an
     update, timed apart from the generation); any other drafter serves frozen, the baseline to compare with."""
-    from ..drafters.online import OnlineDrafter  # here: drafters.online builds on this module
-
     if len(prompts) == 0:
         raise ValueError("the stream is empty: give at least one prompt")
     online = drafter if isinstance(drafter, OnlineDrafter) else None

@@ -35,10 +35,9 @@ from tqdm import tqdm
 from ..config import DecodeConfig, SamplingConfig
 from ..drafters.base import Drafter
 from ..drafters.lm import LMDrafter
-from ..drafters.online import OnlineDrafter
 from ..prompts import Prompt, load_suite
 from ..provenance import atomic_write_text
-from .online import OnlineConfig, serve_stream
+from .online import OnlineConfig, online_drafter, serve_stream
 
 DRAFTERS = ("frozen", "online")  # the two runs of every study, in the order they are served
 
@@ -166,7 +165,7 @@ def run_stream_study(target: torch.nn.Module, draft: torch.nn.Module, spec: Stre
     config = spec.decode_config()
     held_config = dataclasses.replace(config, seed=spec.seed + len(prompts.stream))  # no seed served twice
     frozen_model, online_model = trainable_copy(draft), trainable_copy(draft)
-    drafters = {"frozen": LMDrafter(frozen_model), "online": OnlineDrafter(online_model, online)}
+    drafters = {"frozen": LMDrafter(frozen_model), "online": online_drafter(online_model, online)}
     result = {"spec": spec.to_dict(), "online": online.to_dict(), "decode": config.to_dict(),
               "held_out_decode": held_config.to_dict(), "draft_dtype": "float32", "prompts": prompts.to_dict(),
               "stream": {}, "held_out": {}, "seconds": {}}

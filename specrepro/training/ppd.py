@@ -2,7 +2,7 @@
 
     python -m specrepro.training.ppd --out runs/ppd --seed 0
 
-1. Data (``DIR/data``, resumable): the conversations ``specrepro.distill`` writes, the same recipe and shards as
+1. Data (``DIR/data``, resumable): the conversations ``training.data`` writes, the same recipe and shards as
    ``specrepro.training.medusa`` (so the two share their held-out conversations, every 20th).
 2. Each step takes one training conversation x (≤ ``max_len`` tokens) and runs the frozen target over it once,
    without gradients: its KV cache and its logits at every position (the teacher). Nothing the prompt tokens do
@@ -16,7 +16,7 @@
 5. Held-out conversations: top-1..top-k_max accuracy of each prompt token against the teacher's argmax at every
    anchor, which gives the rank probabilities the dynamic sparse tree is built from.
 6. ``DIR/prompt_tokens`` gets the embeddings, their config (with the rank probabilities) and the training record;
-   a run that stops keeps ``DIR/checkpoint.pt`` and resumes from it.
+   a run that stops keeps ``DIR/checkpoint.pt`` and resumes from it (the package's trainer loop, ``training.loop``).
 
 The paper's ablations are settings here: EPT count (Table 2), KD or not (Table 3), prefix tuning (Table 4: one
 trained key/value per layer for each prompt token, seen by that prompt token only), a custom decoding head for the
@@ -31,21 +31,19 @@ import argparse
 import dataclasses
 import json
 import sys
-import time
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 import torch
-from tqdm import tqdm
 from transformers import DynamicCache
 
-from ..distill import Example, chat_format, generate_data, load_data, task_openings
 from ..drafters.ppd import (EPT_MASKS, PPDConfig, PromptTokens, ept_block_mask, load_prompt_tokens,
                             save_prompt_tokens)
 from ..models import LoadedModel, load_model
 from ..provenance import atomic_write_text, git_revision
-from . import begin_run
+from .data import DataConfig, Example, chat_format, generate_data, load_data, task_openings
+from .loop import Checkpoint, Trainer, begin_run, train_loop, warmup_cosine
 from .medusa import MedusaTrainConfig, data_config
 
 AGGREGATIONS = ("average", "learned")
@@ -58,7 +56,7 @@ class PPDTrainConfig:
     seed: int = 0
     prompt_tokens: int = 3  # m (the paper uses 3)
     epts: int = 1  # e, EPTs per prompt token (the paper's inference experiments use 1)
-    shards: int = 4  # free target-written conversation shards (specrepro.distill), as Medusa's
+    shards: int = 4  # free target-written conversation shards (training.data), as Medusa's
     task_shards: int = 4  # task-style shards on top
     gen_batch: int = 64  # conversations per shard
     max_len: int = 320  # positions per conversation kept
@@ -256,8 +254,8 @@ def topk_accuracy(model: torch.nn.Module, student: Student, examples: list[Examp
     return hits / np.maximum(counts, 1)[:, None], int(counts[0])
 
 
-def shared_data(cfg: PPDTrainConfig):
-    """The data recipe: ``specrepro.distill``'s generator with the Medusa heads' shards (so both share data)."""
+def shared_data(cfg: PPDTrainConfig) -> DataConfig:
+    """The data recipe: ``training.data``'s generator with the Medusa heads' shards (so both share data)."""
     return data_config(MedusaTrainConfig(target=cfg.target, seed=0, shards=cfg.shards, task_shards=cfg.task_shards,
                                          gen_batch=cfg.gen_batch))
 
@@ -279,124 +277,96 @@ def stored_rank_probs(acc: np.ndarray) -> tuple[tuple[float, ...], ...]:
 HEAD_LR_SCALE = 0.1  # the custom head's learning rate relative to the prompt tokens' (and stage 2's for both)
 
 
-def optimizer(student: Student, cfg: PPDTrainConfig):
+def trainer(student: Student, cfg: PPDTrainConfig) -> Trainer:
     """AdamW with the paper's cosine schedule from ``lr`` (no warm-up). A custom head (Table 5) trains at
     lr·HEAD_LR_SCALE; "2-stage": the head waits for the first half, then both go on at the smaller rate."""
     head = list(student.head.parameters()) if student.head is not None else []
     rest = [p for p in student.parameters() if all(p is not h for h in head)]
     groups = [{"params": rest, "lr": cfg.lr}] + ([{"params": head, "lr": cfg.lr * HEAD_LR_SCALE}] if head else [])
-    opt = torch.optim.AdamW(groups, lr=cfg.lr, weight_decay=0.0)
     half = cfg.steps // 2
 
-    def cosine(s: int) -> float:
-        return 0.5 * (1 + np.cos(np.pi * min(s, cfg.steps) / max(cfg.steps, 1)))
-
     def rest_lr(s: int) -> float:
-        return cosine(s) * (HEAD_LR_SCALE if cfg.head == "2-stage" and s >= half else 1.0)
+        return warmup_cosine(s, cfg.steps) * (HEAD_LR_SCALE if cfg.head == "2-stage" and s >= half else 1.0)
 
     def head_lr(s: int) -> float:
-        return 0.0 if cfg.head == "2-stage" and s < half else cosine(s)
-    return opt, torch.optim.lr_scheduler.LambdaLR(opt, [rest_lr, head_lr][:len(groups)])
+        return 0.0 if cfg.head == "2-stage" and s < half else warmup_cosine(s, cfg.steps)
+    return Trainer(student, cfg.lr, params=groups, schedule=[rest_lr, head_lr][:len(groups)])
+
+
+def optimizer(student: Student, cfg: PPDTrainConfig):
+    """(optimizer, scheduler) of ``trainer(student, cfg)``."""
+    t = trainer(student, cfg)
+    return t.optimizer, t.scheduler
 
 
 def train_ppd(cfg: PPDTrainConfig, out: str | Path, target: LoadedModel | None = None,
               command: list[str] | None = None, progress: bool = True, data: str | Path | None = None) -> dict:
     """The whole recipe (module docstring); ``target`` defaults to the zoo target in fp32 (tests pass a tiny one);
     ``data`` is the data folder (default ``out/data``; runs that share one make it once)."""
-    out, command, revision = begin_run(out, cfg, "specrepro.training.ppd", command)
+    run = begin_run(out, cfg, "specrepro.training.ppd", command)
+    out, timer = run.out, run.timer
     data = Path(data) if data is not None else out / "data"
-    times, t_start = {}, time.perf_counter()
 
-    # 1. Data, as specrepro.distill writes it (Medusa's recipe).
-    t0 = time.perf_counter()
-    target = target if target is not None else load_model(cfg.target, dtype="fp32", device="cpu")
-    model = target.model.eval().requires_grad_(False)
-    made = generate_data(model, chat_format(target), shared_data(cfg), data, task_openings(target.tokenizer))
-    examples = load_data(data, shared_data(cfg))
-    train_ids, val_ids = split(len(examples), cfg)
-    times["data_s"] = time.perf_counter() - t0
+    # 1. Data, as training.data writes it (Medusa's recipe).
+    with timer.phase("data"):
+        target = target if target is not None else load_model(cfg.target, dtype="fp32", device="cpu")
+        model = target.model.eval().requires_grad_(False)
+        made = generate_data(model, chat_format(target), shared_data(cfg), data, task_openings(target.tokenizer))
+        examples = load_data(data, shared_data(cfg))
+        train_ids, val_ids = split(len(examples), cfg)
 
     # 2-4. Train the prompt tokens (and EPT weights); resumable from DIR/checkpoint.pt.
     torch.manual_seed(cfg.seed)
     student = Student(cfg, init_embeddings(model, cfg), model)
-    opt, sched = optimizer(student, cfg)
     g = torch.Generator().manual_seed(cfg.seed)
-    losses, vals, start, train_s = [], [], 0, 0.0
-    ckpt = out / "checkpoint.pt"
-    if ckpt.is_file():
-        state = torch.load(ckpt, weights_only=False)
-        if state["config"] == cfg.to_dict():
-            student.load_state_dict(state["student"])
-            opt.load_state_dict(state["opt"])
-            sched.load_state_dict(state["sched"])
-            g.set_state(state["generator"])
-            losses, vals, start, train_s = state["losses"], state["vals"], state["step"], state["train_s"]
-    t0 = time.perf_counter()
     val_small = [examples[i] for i in val_ids[:4]]
-    for step in tqdm(range(start, cfg.steps), desc="ppd: prompt tokens", file=sys.stderr, disable=not progress,
-                     initial=start, total=cfg.steps):
-        opt.zero_grad(set_to_none=True)
-        batch_losses = []
-        for _ in range(cfg.batch):  # gradients of the batch's conversations accumulate, each weighted 1/batch
-            ex = examples[train_ids[int(torch.randint(0, len(train_ids), (), generator=g))]]
-            prefix = run_prefix(model, ex, cfg)
+
+    def conversation_losses(step: int):
+        """The batch's conversations one at a time (their gradients accumulate, each weighted 1/batch)."""
+        for _ in range(cfg.batch):
+            prefix = run_prefix(model, examples[train_ids[int(torch.randint(0, len(train_ids), (), generator=g))]], cfg)
             if prefix.usable.numel() == 0:
                 continue
-            pick = torch.randperm(prefix.usable.numel(), generator=g)[: cfg.anchors]
-            anchors = prefix.usable[pick].sort().values
-            loss = loss_for(student_logits(model, student, prefix, anchors, cfg), prefix, anchors, cfg)
-            (loss / cfg.batch).backward()
-            batch_losses.append(float(loss.detach()))
-        if not batch_losses:
-            continue
-        loss = torch.tensor(float(np.mean(batch_losses)))
-        opt.step()
-        sched.step()
-        losses.append(round(float(loss.detach()), 5))
-        if (step + 1) % cfg.val_every == 0 or step + 1 == cfg.steps:
-            with torch.no_grad():
-                vl = []
-                for vex in val_small:
-                    vp = run_prefix(model, vex, cfg)
-                    vl.append(float(loss_for(student_logits(model, student, vp, vp.usable, cfg), vp, vp.usable, cfg)))
-            vals.append((step + 1, round(float(np.mean(vl)), 5)))
-            torch.save({"config": cfg.to_dict(), "student": student.state_dict(), "opt": opt.state_dict(),
-                        "sched": sched.state_dict(), "generator": g.get_state(), "losses": losses, "vals": vals,
-                        "step": step + 1, "train_s": train_s + time.perf_counter() - t0}, ckpt.with_suffix(".tmp"))
-            ckpt.with_suffix(".tmp").replace(ckpt)
+            anchors = prefix.usable[torch.randperm(prefix.usable.numel(), generator=g)[: cfg.anchors]].sort().values
+            yield loss_for(student_logits(model, student, prefix, anchors, cfg), prefix, anchors, cfg)
+
+    def validate() -> float:
+        losses = []
+        for ex in val_small:
+            p = run_prefix(model, ex, cfg)
+            losses.append(float(loss_for(student_logits(model, student, p, p.usable, cfg), p, p.usable, cfg)))
+        return round(float(np.mean(losses)), 5)
+
+    log = train_loop(trainer(student, cfg), cfg.steps, conversation_losses, accumulate=cfg.batch, validate=validate,
+                     val_every=cfg.val_every, checkpoint=Checkpoint(out / "checkpoint.pt", cfg.to_dict()),
+                     generator=g, desc="ppd: prompt tokens", progress=progress)
     student.eval().requires_grad_(False)
-    times["train_s"] = train_s + time.perf_counter() - t0
+    timer.add("train", log.seconds)
 
     # 5. Held-out top-k accuracies -> rank probabilities for the dynamic sparse tree.
-    t0 = time.perf_counter()
-    acc, n_anchors = topk_accuracy(model, student, [examples[i] for i in val_ids], cfg)
-    rank_probs = stored_rank_probs(acc)
-    times["eval_s"] = time.perf_counter() - t0
-    times["total_s"] = time.perf_counter() - t_start
+    with timer.phase("eval"):
+        acc, n_anchors = topk_accuracy(model, student, [examples[i] for i in val_ids], cfg)
+        rank_probs = stored_rank_probs(acc)
 
     # 6. Files. An inference folder holds the averaged-EPT, final-layer recipe the drafter runs.
-    hsize = model.config.hidden_size
     trainable = sum(p.numel() for p in student.parameters())
     backbone = sum(p.numel() for p in model.parameters())
-    record = {
-        "command": command, "config": cfg.to_dict(), "git_revision": revision,
-        "data": {"recipe": "specrepro.distill.generate_data (Medusa's shards)", "shards": cfg.shards,
-                 "task_shards": cfg.task_shards, "shards_generated_now": made, "conversations": len(examples),
-                 "train_conversations": len(train_ids), "val_conversations": len(val_ids), "val_anchors": n_anchors},
-        "prompt_tokens": {"m": cfg.prompt_tokens, "epts": cfg.epts, "trainable_parameters": trainable,
-                          "target_parameters": backbone, "trainable_fraction": trainable / backbone},
-        "train": {"losses": losses, "val_losses": vals},
-        "held_out_topk_accuracy": {f"distance_{d + 1}": [round(float(x), 4) for x in acc[d]]
-                                   for d in range(cfg.prompt_tokens)},
-        "times_s": {k: round(v, 1) for k, v in times.items()},
-        "versions": {"torch": torch.__version__, "python": sys.version.split()[0]},
-    }
+    record = run.record(
+        data={"recipe": "specrepro.training.data.generate_data (Medusa's shards)", "shards": cfg.shards,
+              "task_shards": cfg.task_shards, "shards_generated_now": made, "conversations": len(examples),
+              "train_conversations": len(train_ids), "val_conversations": len(val_ids), "val_anchors": n_anchors},
+        prompt_tokens={"m": cfg.prompt_tokens, "epts": cfg.epts, "trainable_parameters": trainable,
+                       "target_parameters": backbone, "trainable_fraction": trainable / backbone},
+        train={"losses": [round(x, 5) for x in log.losses], "val_losses": log.vals},
+        held_out_topk_accuracy={f"distance_{d + 1}": [round(float(x), 4) for x in acc[d]]
+                                for d in range(cfg.prompt_tokens)})
+    folders = []
     if (cfg.aggregation, cfg.exits, cfg.mask, cfg.prefix, cfg.head) == ("average", 1, "ensemble", False, "none"):
-        config = PPDConfig(hidden_size=hsize, prompt_tokens=cfg.prompt_tokens, epts=cfg.epts, target=cfg.target,
-                           rank_probs=rank_probs)
+        config = PPDConfig(hidden_size=model.config.hidden_size, prompt_tokens=cfg.prompt_tokens, epts=cfg.epts,
+                           target=cfg.target, rank_probs=rank_probs)
         save_prompt_tokens(student.tokens, config, out / "prompt_tokens")
-        atomic_write_text(out / "prompt_tokens" / "training_record.json", json.dumps(record, indent=1) + "\n")
-    atomic_write_text(out / "training_record.json", json.dumps(record, indent=1) + "\n")
+        folders.append(out / "prompt_tokens")
+    run.write(record, *folders)
     return record
 
 

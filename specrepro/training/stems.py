@@ -1,4 +1,4 @@
-"""Task-style openings for the user turns the target writes for distillation data (``specrepro.distill``).
+"""Task-style openings for the user turns the target writes for distillation data (``specrepro.training.data``).
 
 Free sampling from the chat template gives short, chatty user turns; the evaluation suites ask for
 explanations, lists, word problems, summaries of long passages, code completion and follow-up turns. A
