@@ -1,0 +1,81 @@
+"""``plan.plan_run``: the one place a run's dtype, γ policy, tree size and drafter are chosen, each with its reason,
+for the command line and the bench alike."""
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from specrepro.adaptive import AdaptiveGamma, FixedGamma
+from specrepro.drafters import LMDrafter
+from specrepro.methods import REGISTRY, TreeSizing
+from specrepro.models import LoadedModel, tiny_model
+from specrepro.plan import RunRequest, lazy_profiles, plan_run
+from test_profile import fake
+
+# fp32: the faster one-token step; bf16: the cheaper verification of several tokens (the Xeon-with-AMX shape)
+PROFILES = {"fp32": fake("fp32", 30.0, {2: 1.2, 3: 1.3, 5: 2.5, 9: 3.0, 17: 4.0}, draft_ms=4.5),
+            "bf16": fake("bf16", 36.0, {2: 1.05, 3: 1.08, 5: 1.1, 9: 1.2, 17: 1.5}, draft_ms=5.0)}
+AUTO = RunRequest(dtype="auto", gamma=4, candidates=("fp32", "bf16"), alpha_prior=0.8)
+
+
+def test_a_named_dtype_is_kept_and_a_default_one_is_the_runs():
+    plan = plan_run(REGISTRY["speculative"], PROFILES, RunRequest(dtype="bf16", dtype_reason="named with --dtype"))
+    assert (plan.dtype, plan.dtype_reason) == ("bf16", "named with --dtype")
+    plan = plan_run(REGISTRY["ar"], PROFILES, RunRequest(dtype=None, default_dtype="fp32"))
+    assert (plan.dtype, plan.dtype_reason) == ("fp32", "the run's default dtype")
+
+
+def test_auto_weighs_each_method_by_its_cost():
+    """Plain decoding pays L_fp(1) only (fp32 here); a draft model at γ = 4 and α 0.8 pays β(5) (bf16 here)."""
+    assert plan_run(REGISTRY["ar"], PROFILES, AUTO).dtype == "fp32"
+    plan = plan_run(REGISTRY["speculative"], PROFILES, AUTO)
+    assert plan.dtype == "bf16" and "fp32" in plan.dtype_reason and "α prior 0.80" in plan.dtype_reason
+
+
+def test_gamma_auto_charges_a_draft_model_and_not_a_model_free_draft():
+    request = RunRequest(dtype="fp32", gamma="auto", gamma_max=8, alpha_prior=0.7)
+    chain = plan_run(REGISTRY["speculative"], PROFILES, request).gamma_policy
+    lookup = plan_run(REGISTRY["prompt-lookup"], PROFILES, request).gamma_policy
+    assert isinstance(chain, AdaptiveGamma) and chain.c == pytest.approx(PROFILES["fp32"].c) and chain.c > 0
+    assert isinstance(lookup, AdaptiveGamma) and lookup.c == 0.0  # c = 0 for a model-free draft
+    assert chain.alpha_prior == 0.7 and lookup.gamma_max == chain.gamma_max
+    fixed = plan_run(REGISTRY["speculative"], PROFILES, RunRequest(dtype="fp32", gamma=3)).gamma_policy
+    assert isinstance(fixed, FixedGamma) and fixed.gamma == 3
+
+
+def test_a_token_tree_is_sized_on_the_chosen_dtype_unless_named():
+    seen = []
+
+    def choose(config, profile, gamma):
+        seen.append((config, profile.key.dtype, gamma))
+        return type("Size", (), {"size": 11, "reason": "best τ/L here", "latency_s": 0.03, "tau": 2.0})()
+    medusa = dataclasses.replace(REGISTRY["medusa"], tree=TreeSizing(read_config=lambda weights, target: "ranks",
+                                                                     choose=choose))
+    plan = plan_run(medusa, PROFILES, RunRequest(dtype="bf16", gamma=3))
+    assert (plan.tree_size, plan.tree_size_reason, seen) == (11, "best τ/L here", [("ranks", "bf16", 3)])
+    named = plan_run(medusa, PROFILES, RunRequest(dtype="bf16", tree_size=7))
+    assert (named.tree_size, named.tree_size_reason) == (7, "named")
+    assert plan_run(REGISTRY["speculative"], PROFILES, RunRequest(dtype="bf16")).tree_size is None
+
+
+def test_the_drafter_is_built_on_the_models_at_the_planned_dtype():
+    asked = []
+    draft = LoadedModel("d", tiny_model(vocab_size=16, n_layers=1, hidden=8), None)
+
+    def models(dtype):
+        asked.append(dtype)
+        return None, draft
+    plan = plan_run(REGISTRY["speculative"], PROFILES, RunRequest(dtype="bf16"), models=models)
+    assert asked == ["bf16"] and isinstance(plan.drafter, LMDrafter)
+    with pytest.raises(ValueError, match="needs a draft model"):
+        plan_run(REGISTRY["speculative"], PROFILES, RunRequest(dtype="bf16"), models=lambda dtype: (None, None))
+
+
+def test_profiles_are_measured_only_when_a_choice_needs_them():
+    measured = []
+    profiles = lazy_profiles(lambda dtype: measured.append(dtype) or PROFILES[dtype])
+    plan_run(REGISTRY["speculative"], profiles, RunRequest(dtype="fp32", gamma=4))
+    assert measured == []  # a named dtype and a fixed γ need no profile
+    plan_run(REGISTRY["speculative"], profiles, AUTO)
+    assert sorted(measured) == ["bf16", "fp32"]
