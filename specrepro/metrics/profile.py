@@ -395,7 +395,7 @@ def choose_dtype(profiles: dict[str, Profile], kind: str, gamma: int | str = 4,
     - "draft model" / "model-free" (speculative with a draft model, or with c = 0): the profile's
       (γ·c·L_fp(1) + L_fp(γ+1)) / τ(α, γ) at the given γ, or at each dtype's best γ ≤ gamma_max for "auto";
     - "self-drafting" (Medusa, PPD): ``tree_cost(profile)``, the measured latency of the tree forward at the
-      hardware-aware size over its expected tokens per call (``methods.tree_cost``); without one, a c = 0 chain.
+      hardware-aware size over its expected tokens per call (``plan.tree_cost``); without one, a c = 0 chain.
     """
     if not profiles:
         raise ValueError("choose_dtype needs at least one profile")

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from ..bench import BenchConfig, BenchPrompt, BenchResult, encode_prompts, run_bench
-from ..bench_summary import _median_speedup
+from ..record import median_speedup
 from ..cache import run_dir
 from ..models import LoadedModel
 from ..provenance import atomic_write_text
@@ -80,8 +80,7 @@ def run_means(records: Sequence[dict], key: str) -> dict[tuple[str, int], float]
 def paired_ratio(records: Sequence[dict], method: str, baseline: str) -> float | None:
     """Median over (prompt, repeat) of ``method``'s tokens/s over ``baseline``'s on the same prompt and repeat
     (the bench summary's ``speedup_median``, against any baseline)."""
-    by_key = {(r["method"], r["prompt_id"], r["repeat"]): r for r in records}
-    return _median_speedup([r for r in records if r["method"] == method], by_key, baseline)
+    return median_speedup([r for r in records if r["method"] == method], [r for r in records if r["method"] == baseline])
 
 
 def suite_prompts(target: LoadedModel, suite: str, limit: int | None = None, *,
