@@ -57,7 +57,7 @@ __all__ = [
     "last_accepted_probabilities", "transition_matrix", "steady_state", "two_step_tokens",
     "amortized_tokens", "accept_length", "accept_length_curve", "prompt_removal_loss", "optimal_candidate_tree",
     "allocate_prompts", "build_tree", "optimal_tree", "static_tree", "random_tree",
-    "simulate_steps", "simulate_accepted", "theoretical_speedup", "best_tree_size",
+    "simulate_steps", "simulate_accepted", "theoretical_speedup", "scan_tree_sizes", "best_tree_size",
     "linear_latency", "roofline_latency",
 ]
 
@@ -546,8 +546,31 @@ def theoretical_speedup(accept_lengths, latencies, vanilla_latency):
     return np.asarray(accept_lengths, dtype=float) * vanilla_latency / np.asarray(latencies, dtype=float)
 
 
+def scan_tree_sizes(speed, sizes, patience: int | None = None):
+    """The hardware-aware tree size (§4.2): the n maximising Speedup(n) = τ(n) / L_fp(n), scanned in ``sizes`` order.
+
+    ``speed(n)`` returns ``(τ(n), L_fp(n), Speedup(n))`` for the tree of size n, or None when it no longer fits
+    (the scan stops there). τ(n) rises ever more slowly while L_fp(n) keeps growing, so with ``patience`` the scan
+    also stops that many sizes after the best so far. Ties go to the first (smallest) size.
+
+    Returns ``(best_n, {n: (τ, L_fp, Speedup)})`` for every n scanned.
+    """
+    curve = {}
+    for n in sizes:
+        point = speed(n)
+        if point is None:
+            break
+        curve[n] = point
+        if patience is not None and n - max(curve, key=lambda k: curve[k][2]) >= patience:
+            break
+    if not curve:
+        raise ValueError("no tree size fits: the first size scanned is already too large")
+    return max(curve, key=lambda k: curve[k][2]), curve
+
+
 def best_tree_size(sizes, accept_lengths, latency, vanilla_latency=None):
-    """The n maximising τ(n) / L_fp(n) (§4.2). ``latency``: callable n ↦ L_fp(n) or array per size.
+    """The n maximising τ(n) / L_fp(n) (§4.2) over curves given per size (``scan_tree_sizes`` over arrays).
+    ``latency``: callable n ↦ L_fp(n) or array per size.
 
     Returns ``(best_n, speedups)``; speedups are relative to ``vanilla_latency`` (default L(1)).
     """
@@ -555,7 +578,9 @@ def best_tree_size(sizes, accept_lengths, latency, vanilla_latency=None):
     lat = np.asarray(latency(sizes) if callable(latency) else latency, dtype=float)
     base = (float(latency(np.array([1]))[0]) if callable(latency) else lat[0]) if vanilla_latency is None else vanilla_latency
     speed = theoretical_speedup(accept_lengths, lat, base)
-    return int(sizes[int(np.argmax(speed))]), speed
+    taus = np.asarray(accept_lengths, dtype=float)
+    best, _ = scan_tree_sizes(lambda i: (taus[i], lat[i], speed[i]), range(sizes.size))
+    return int(sizes[best]), speed
 
 
 def linear_latency(l1: float, per_token: float):

@@ -118,8 +118,8 @@ def expected_tokens_by_position(alphas, gamma):
     gamma = _checks.integer("gamma", gamma, minimum=0)
     if np.any(gamma > alphas.size):
         raise ValueError(f"gamma must be <= len(alphas) = {alphas.size}, got {gamma.max().item()}")
-    survival = np.concatenate([[1.0], np.cumprod(alphas)])  # [γ_max+1]: P(first i drafts accepted)
-    tau = np.cumsum(survival)[gamma]
+    # [γ_max+1]: 1, then 1 + Σ_{i≤γ} P(first i drafts accepted) for γ = 1..γ_max (as the adaptive γ sums it)
+    tau = np.concatenate([[1.0], 1.0 + np.cumsum(np.cumprod(alphas))])[gamma]
     return _checks.scalar_result(tau)
 
 

@@ -1,6 +1,6 @@
 """How many drafts to propose at each step: a fixed γ, or the γ the measured costs say is best right now.
 
-``--gamma auto`` (issue 12) picks, before every step, the γ that maximises the expected speedup
+``--gamma auto`` (issue 12) picks, before every step, the γ that maximises the expected speedup (``specrepro.cost``)
 
     E[speedup](γ) = τ(γ) / (γc + β(γ+1)),    τ(γ) = 1 + Σ_{i=1}^{γ} Π_{j≤i} α_j
 
@@ -26,6 +26,7 @@ import numpy as np
 
 from simulations.speculative import BetaCurve
 
+from .cost import step_cost, tau_by_position
 from .metrics.profile import DEFAULT_ALPHA_PRIOR, Profile
 
 
@@ -81,10 +82,8 @@ class AdaptiveGamma:
 
     def speedups(self, accept_lengths: list[int], proposed_lengths: list[int]) -> np.ndarray:
         """E[speedup] for γ = 1..gamma_max [G] under the current estimates."""
-        survival = np.cumprod(self.alpha_estimates(accept_lengths, proposed_lengths))  # [G]: P(drafts 1..γ accepted)
-        gammas = np.arange(1, self.gamma_max + 1)
-        tau = 1.0 + np.cumsum(survival)  # [G]
-        return tau / (gammas * self.c + np.asarray(self.beta(gammas + 1), dtype=float))
+        tokens = tau_by_position(self.alpha_estimates(accept_lengths, proposed_lengths))  # [G]
+        return tokens / step_cost(np.arange(1, self.gamma_max + 1), self.c, self.beta)  # [G]
 
     def choose(self, accept_lengths: list[int], proposed_lengths: list[int]) -> int:
         """γ for the next step, from the accept and proposal lengths of this generation's steps so far."""

@@ -1,8 +1,8 @@
 """A causal LM with its KV cache and the token ids that cache holds.
 
 This is the one place a cache is rolled back. Callers say which sequence they want scored; the wrapper
-keeps the longest common prefix of what it holds and that sequence (``DynamicCache.crop`` takes the
-negative count of tokens to drop) and runs the model on the rest. Rejected draft entries therefore
+keeps the longest common prefix of what it holds and that sequence (``drop_last``, the one crop of the package)
+and runs the model on the rest. Rejected draft entries therefore
 disappear at the next call, or at once when the decoding loop calls ``rollback``.
 
 A token tree (``specrepro.tree``: tokens [N], parents [N]) is scored in one forward by ``logits_for_tree``,
@@ -30,6 +30,20 @@ from . import tree
 # ``attention_mask`` skips mask creation in ``masking_utils._preprocess_mask_arguments`` and reaches the
 # attention function unchanged; eager adds it to the scores, SDPA passes it as ``attn_mask``).
 TREE_ATTENTION = ("sdpa", "eager")
+
+
+def drop_last(cache: DynamicCache, n: int) -> None:
+    """Drop the newest ``n`` positions of every layer of ``cache`` (n = 0: nothing).
+
+    The package's one suffix crop: ``CachedModel`` rolls back through it, and code that runs forwards on a prefix
+    cache of its own (the batching sweep, PPD training) calls it to leave that cache as it found it.
+    ``DynamicCache.crop`` takes the negative count of positions to drop; ``crop(0)`` would empty the cache, hence
+    the guard.
+    """
+    if n < 0:
+        raise ValueError(f"can only drop n >= 0 positions, got {n}")
+    if n:
+        cache.crop(-n)
 
 
 def common_prefix(a: list[int], b: list[int]) -> int:
@@ -77,8 +91,7 @@ class CachedModel:
 
     def _drop_tree(self) -> None:
         if self.tree is not None:
-            if self.tree.n_nodes:
-                self.cache.crop(-self.tree.n_nodes)
+            drop_last(self.cache, self.tree.n_nodes)
             self.tree = None
 
     def rollback(self, keep: int) -> None:
@@ -86,7 +99,7 @@ class CachedModel:
         self._drop_tree()
         drop = len(self.ids) - keep
         if drop > 0:
-            self.cache.crop(-drop)
+            drop_last(self.cache, drop)
             del self.ids[keep:]
 
     def logits_for(self, ids: list[int], n_last: int = 1) -> torch.Tensor:
@@ -200,8 +213,7 @@ class CachedModel:
                         at = src.to(layer.keys.device)
                         layer.keys[..., n:n + k, :] = layer.keys[..., at, :]
                         layer.values[..., n:n + k, :] = layer.values[..., at, :]
-        if n_nodes > k:
-            self.cache.crop(-(n_nodes - k))
+        drop_last(self.cache, n_nodes - k)
         self.ids.extend(pending.tokens[i] for i in path)
         self.tree = None
 

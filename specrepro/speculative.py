@@ -1,10 +1,11 @@
-"""The one verification loop: propose, score the proposal tree in one target forward, verify, keep the path.
+"""The one verification loop: propose, verify the proposal tree in one target forward, commit, record.
 
 Every speculative method in the package is a ``Drafter`` plus an acceptance rule plugged in here. A proposal is
 a token tree (``specrepro.tree``); classic speculative decoding proposes a chain, the tree whose every node has
-one child, so it runs through the same steps: the target scores the newest committed token and the N nodes in
-one forward (tree attention, ``CachedModel.logits_for_tree``), a pure rule picks the accepted root path and the
-next token (``specrepro.acceptance``), and the cache keeps exactly that path (``CachedModel.keep_path``).
+one child, so it runs through the same steps. One verification step (``specrepro.verify``, also the staged
+drafter's inner level) scores the newest committed token and the N nodes in one target forward through the
+drafter's scorer (tree attention, ``CachedModel.logits_for_tree``), lets a pure rule pick the accepted root path
+and the next token (``specrepro.acceptance``), and keeps exactly that path in the target's cache.
 """
 from __future__ import annotations
 
@@ -19,8 +20,7 @@ from .decoding import commit, start_run
 from .drafters.base import Drafter, Proposal, StepFeedback
 from .kvcache import CachedModel
 from .record import GenerationRecord
-from .tree import depths
-from .warping import one_hot, warp
+from .verify import Verdict, verify
 
 
 def speculative_generate(target: torch.nn.Module, drafter: Drafter, prompt_ids: list[int], config: DecodeConfig,
@@ -35,13 +35,9 @@ def speculative_generate(target: torch.nn.Module, drafter: Drafter, prompt_ids: 
     uniforms). ``gamma_policy`` says how many drafts to ask for at each step: ``FixedGamma(config.gamma)``
     unless given (``config.gamma == "auto"`` needs an ``AdaptiveGamma`` built from a device profile).
     """
-    if gamma_policy is None:
-        if config.gamma == "auto":
-            raise ValueError("gamma 'auto' needs a device profile: pass gamma_policy=AdaptiveGamma.from_profile(...) "
-                             "(the command line calibrates one for you)")
-        gamma_policy = FixedGamma(config.gamma)
+    gamma_policy = fixed_gamma(config) if gamma_policy is None else gamma_policy
     run = start_run(target, prompt_ids, config, method, context_length)
-    generator, clock, p_model, ids, out, rec = run.generator, run.clock, run.p_model, run.ids, run.out, run.rec
+    clock, p_model, ids, out, rec = run.clock, run.p_model, run.ids, run.out, run.rec
     rec.provenance["gamma_policy"] = gamma_policy.to_dict()
     rec.provenance["acceptance"] = rule.describe() if isinstance(rule, TreeRule) else {"name": rule.__name__}
     start = clock.now()
@@ -54,45 +50,43 @@ def speculative_generate(target: torch.nn.Module, drafter: Drafter, prompt_ids: 
         rec.gammas.append(gamma)
         t0 = clock.now()
         proposal = drafter.propose(ids, gamma, config.sampling, run.draft_generator) if gamma > 0 else Proposal.empty()
-        t1 = clock.now()
-        tokens, parents = proposal.tokens.long().cpu(), proposal.tree_parents()  # [N], [N]
-        n = tokens.numel()
+        rec.time_draft_s += clock.now() - t0
 
-        # 2. Score: one target forward over the newest committed token and the N nodes -> N+1 rows (and the
-        #    hidden states of any prompt nodes, which the drafter reads in feedback).
-        extra = proposal.prompt_nodes
-        logits, hidden = p_model.logits_for_tree(ids, tokens, parents, output_hidden=drafter.needs_hidden,
-                                                 prompt_embeds=None if extra is None else extra.embeds,
-                                                 prompt_parents=None if extra is None else extra.parents)
-        t2 = clock.now()
-        p = warp(logits, config.sampling)  # [N+1, V]
-        tokens = tokens.to(p.device)
-        q = proposal.probs.to(p.device) if proposal.probs is not None else one_hot(tokens, p.shape[-1])  # [N, V]
+        # 2. Verify: score (one target forward, through the drafter's scorer) -> warp -> rule -> keep the path.
+        step = verify(p_model, ids, proposal, config.sampling, rule, run.generator, score=drafter.score, clock=clock)
 
-        # 3. Verify: a pure rule on tensors; uniforms come from the run's (CPU) generator, a stream of its own.
-        uniforms = torch.rand(n + 1, generator=generator, dtype=torch.float64).to(p.device)  # [N+1]
-        path, next_token = rule(p, q, tokens, parents, uniforms)
+        # 3. Commit the accepted path and the recovered/bonus token. The target caches every committed token but
+        #    the newest (not yet run through it); a stop inside the path commits fewer tokens than were kept.
+        stop = commit(ids, out, step.tokens, config, eos)
+        p_model.rollback(len(ids) - 1)
 
-        # 4. Commit the accepted path and the recovered/bonus token.
-        stop = commit(ids, out, [int(tokens[i]) for i in path] + [next_token], config, eos)
-
-        # 5. Keep the path: the target caches every committed token but the newest (not yet run through it).
-        p_model.keep_path(path)
-        p_model.rollback(len(ids) - 1)  # (a stop inside the path commits fewer tokens than were kept)
-        drafter.feedback(StepFeedback(ids=ids, path=list(path), p=p, hidden=hidden))
-
-        rec.target_calls += 1
-        rec.draft_calls += proposal.calls
-        if n > 0:
-            rec.accept_lengths.append(len(path))
-            rec.proposed_lengths.append(int(depths(parents).max()))  # the longest root path offered
-            rec.tree_sizes.append(n)
-        rec.input_lengths.append(1 + n + (0 if extra is None else len(extra)))
-        rec.time_draft_s += t1 - t0
-        rec.time_target_s += t2 - t1
+        # 4. Feedback, then the record.
+        drafter.feedback(StepFeedback(ids=ids, path=step.path, p=step.p, hidden=step.hidden))
+        record_step(rec, proposal, step)
         if on_step is not None:
             on_step(p_model, drafter, ids)
     rec.wall_time_s = clock.now() - start
     rec.time_other_s = rec.wall_time_s - rec.time_draft_s - rec.time_target_s
     rec.stop_reason = stop
     return rec
+
+
+def fixed_gamma(config: DecodeConfig) -> FixedGamma:
+    """The default γ policy: ``config.gamma`` at every step."""
+    if config.gamma == "auto":
+        raise ValueError("gamma 'auto' needs a device profile: pass gamma_policy=AdaptiveGamma.from_profile(...) "
+                         "(the command line calibrates one for you)")
+    return FixedGamma(config.gamma)
+
+
+def record_step(rec: GenerationRecord, proposal: Proposal, step: Verdict) -> None:
+    """Add one step to the record: calls, accept and proposal lengths, the scored input and the target's time."""
+    rec.target_calls += 1
+    rec.draft_calls += proposal.calls
+    if proposal.size > 0:
+        rec.accept_lengths.append(len(step.path))
+        rec.proposed_lengths.append(proposal.depth())  # the longest root path offered
+        rec.tree_sizes.append(proposal.size)
+    rec.input_lengths.append(step.n_inputs)  # the root, the N nodes and any the scorer added (PPD's prompt nodes)
+    rec.time_target_s += step.score_s
+

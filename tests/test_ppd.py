@@ -128,7 +128,7 @@ def test_proposal_follows_the_accepted_nodes_prompt_tokens():
     target = tiny_model(vocab_size=64, n_layers=2, hidden=H, seed=2)
     d = ppd_drafter(target, size=12, e=2)
     first = d.propose([1, 2], 3, SamplingConfig(), torch.Generator())
-    assert first.tokens.numel() == 0 and len(first.prompt_nodes) == 3 * 2
+    assert first.tokens.numel() == 0 and len(d.prompt_nodes) == 3 * 2  # the scorer's, not the proposal's
     hidden = torch.randn(1 + 6, H)
     d.feedback(StepFeedback(ids=[1, 2, 3], path=[], p=torch.zeros(1, 64), hidden=hidden))
     guesses = target.lm_head(hidden[1:].reshape(3, 2, H)).mean(1).topk(4, dim=-1).indices  # [3, 4]
@@ -136,9 +136,9 @@ def test_proposal_follows_the_accepted_nodes_prompt_tokens():
     state = d.tree.states[2]  # the root carries m = 3 prompt tokens: state T_3
     assert prop.tokens.tolist() == [int(guesses[len(p) - 1, p[-1]]) for p in state.paths]
     n = len(state.paths)
-    assert len(prop.prompt_nodes) == 2 * (3 + sum(state.prompts))
+    assert len(d.prompt_nodes) == 2 * (3 + sum(state.prompts))
     # accept candidate 0: the next state is its prompt count, its guesses its prompt rows
-    hidden = torch.randn(1 + n + len(prop.prompt_nodes), H)
+    hidden = torch.randn(1 + n + len(d.prompt_nodes), H)
     d.feedback(StepFeedback(ids=[1, 2, 3, 4, 5], path=[0], p=torch.zeros(n + 1, 64), hidden=hidden))
     k = state.prompts[0]
     rows = d.state_layout(3, 3).anchor_rows[0]

@@ -19,7 +19,7 @@ from specrepro.acceptance import TREE_RULES, TreeVerdict
 from specrepro.autoregressive import autoregressive_generate
 from specrepro.config import DecodeConfig, SamplingConfig
 from specrepro.drafters import (
-    Drafter, LMDrafter, NGramDrafter, PromptLookupDrafter, PromptNodes, Proposal, fit_ngram,
+    Drafter, LMDrafter, NGramDrafter, PromptLookupDrafter, Proposal, fit_ngram,
 )
 from specrepro.drafters.staged import FROM_DRAFT, FROM_INNER, FROM_LOOKUP, FROM_TARGET, FusedDrafter, StagedDrafter
 from specrepro.models import tiny_model
@@ -225,12 +225,6 @@ def test_committed_sources_label_every_token_and_one_target_token_per_step(tiny_
     assert drafter.committed_sources == [] and drafter.last_sources == [] and drafter.lm.ids == []
 
 
-class WithPromptNodes(Drafter):
-    def propose(self, ids, gamma, sampling, generator):
-        return Proposal(tokens=torch.tensor([1]), probs=None,
-                        prompt_nodes=PromptNodes(torch.zeros(1, 32), torch.tensor([-1])))
-
-
 class NeedsHidden(PromptLookupDrafter):
     needs_hidden = True
 
@@ -244,7 +238,5 @@ def test_bad_input_gets_one_clear_error(tiny_pair_64):
         StagedDrafter(draft, "prompt-lookup")
     with pytest.raises(ValueError, match="hidden states"):
         StagedDrafter(draft, NeedsHidden())
-    with pytest.raises(ValueError, match="prompt nodes"):
-        StagedDrafter(draft, WithPromptNodes()).propose([1, 2], 3, T1, torch.Generator())
     with pytest.raises(ValueError, match="lookup must be a Drafter"):
         FusedDrafter(draft, None)

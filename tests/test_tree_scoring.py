@@ -4,7 +4,7 @@ import torch
 from transformers import DynamicCache
 
 from specrepro import tree
-from specrepro.kvcache import CachedModel
+from specrepro.kvcache import CachedModel, drop_last
 from specrepro.models import load_model, tiny_model
 
 ATOL = RTOL = 1e-5  # fp32: tree and full forwards differ only by matmul shapes
@@ -273,3 +273,18 @@ def test_offline_model_tree_rows_and_kept_path():
     rows = cm.logits_for(committed + [13])
     assert rows.shape[0] == 1
     torch.testing.assert_close(rows[-1], full(model, committed + [13])[0], atol=1e-4, rtol=1e-4)
+
+
+def test_drop_last_is_the_one_suffix_crop(target):
+    """``drop_last(cache, n)`` drops the newest n positions of every layer; n = 0 leaves the cache alone (a bare
+    ``crop(0)`` would empty it)."""
+    cache = DynamicCache(config=target.config)
+    with torch.inference_mode():
+        target(input_ids=torch.tensor([PROMPT]), past_key_values=cache, use_cache=True)
+    drop_last(cache, 0)
+    assert cache.get_seq_length() == len(PROMPT)
+    drop_last(cache, 2)
+    assert cache.get_seq_length() == len(PROMPT) - 2
+    assert all(layer.keys.shape[-2] == len(PROMPT) - 2 for layer in cache.layers if layer.is_initialized)
+    with pytest.raises(ValueError, match="n >= 0"):
+        drop_last(cache, -1)

@@ -24,9 +24,10 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from .. import cost
 from ..config import SamplingConfig
 from ..tree import TreeSize
-from .base import Drafter, Proposal, StepFeedback
+from .base import Proposal, StepFeedback, TreeDrafter
 from .weights import read_folder, save_folder
 
 MEDUSA_CONFIG = "medusa_config.json"
@@ -114,22 +115,25 @@ def paths_to_parents(paths: tuple[tuple[int, ...], ...]) -> torch.Tensor:
         raise ValueError(f"the rank paths are not prefix-closed: {err.args[0]} is missing") from None
 
 
+def tree_point(rank_probs, size: int, depth: int, l_fp) -> tuple[float, float, float]:
+    """(τ(n), L_fp(n+1), predicted speedup) of the sparse tree of n nodes: τ(n) = 1 + f(tree) the expected tokens
+    per step (PPD Prop. 4.1), L_fp(n+1) the target forward over the root and the n nodes."""
+    from simulations.ppd import expected_tokens
+    tau = 1.0 + expected_tokens(sparse_tree(rank_probs, size, depth), np.asarray(rank_probs)[:depth])
+    latency = l_fp(size + 1)
+    return tau, latency, cost.tree_speedup(tau, latency, l_fp(1))
+
+
 def hardware_tree_size(rank_probs, depth: int, l_fp, n_max: int = 63) -> tuple[int, dict]:
-    """The hardware-aware tree size (PPD paper §4.2, also Medusa's choice of tree): the n maximising
-    τ(n) / L_fp(n+1), with τ(n) = 1 + f(tree of n nodes) the expected tokens per step (Prop. 4.1) and L_fp the
-    measured latency of one target forward over n+1 new tokens (the root and the n nodes).
+    """The hardware-aware tree size (PPD paper §4.2, also Medusa's choice of tree): the n = 1..n_max maximising
+    τ(n) / L_fp(n+1) (``cost.best_tree_size`` over ``tree_point``).
 
     Returns (n, {n: (τ(n), L_fp(n+1), predicted speedup τ/L_fp × L_fp(1))}) for every n considered."""
-    from simulations.ppd import expected_tokens
-    curve = {}
-    for n in range(1, n_max + 1):
-        tau = 1.0 + expected_tokens(sparse_tree(rank_probs, n, depth), np.asarray(rank_probs)[:depth])
-        curve[n] = (tau, l_fp(n + 1), tau * l_fp(1) / l_fp(n + 1))
-    return max(curve, key=lambda n: curve[n][2]), curve
+    return cost.best_tree_size(lambda n: tree_point(rank_probs, n, depth, l_fp), range(1, n_max + 1))
 
 
-def choose_tree_size(config: MedusaConfig, profile, gamma: int | str) -> TreeSize:
-    """The hardware-aware tree size for heads drafting min(γ, K) tokens deep on a device profile
+def choose_tree_size(config: MedusaConfig, profile, gamma: int | str = "auto") -> TreeSize:
+    """The hardware-aware tree size for heads drafting min(γ, K) tokens deep (K with γ "auto") on a device profile
     (``metrics.profile.Profile``), with its τ, L_fp and why in one sentence for the records."""
     depth = min(config.num_heads, gamma) if isinstance(gamma, int) else config.num_heads
     size, curve = hardware_tree_size(config.rank_probs, depth, profile.l_fp, profile.n_max - 1)
@@ -138,7 +142,7 @@ def choose_tree_size(config: MedusaConfig, profile, gamma: int | str) -> TreeSiz
                     f"{profile.key.dtype} profile (τ {tau:.2f}, L_fp {1e3 * latency:.1f} ms, predicted {speedup:.2f}x)")
 
 
-class MedusaDrafter(Drafter):
+class MedusaDrafter(TreeDrafter):
     """Proposes a sparse tree of the heads' top-k guesses from the hidden state the last verification left.
 
     The first step of a generation has no hidden state yet and proposes nothing (one plain step, which also
@@ -153,7 +157,8 @@ class MedusaDrafter(Drafter):
             raise ValueError(f"tree size must be >= 1, got {tree_size}")
         if not config.rank_probs:
             raise ValueError("these Medusa heads carry no measured accuracies (rank_probs) to build a tree from")
-        self.heads, self.config, self.lm_head, self.tree_size = heads, config, lm_head, tree_size
+        super().__init__(config, tree_size)
+        self.heads, self.lm_head = heads, lm_head
         self.paths = paths  # a fixed tree of rank paths (e.g. random_paths); None: the sparse tree of tree_size
         self.k_max = len(config.rank_probs[0])
         self._trees: dict[tuple[int, int], tuple[torch.Tensor, torch.Tensor, torch.Tensor]] = {}

@@ -10,10 +10,11 @@ mask of §3.2 / Fig. 12(a)); their logits are averaged into the prompt token's g
 
 One step (§3, Fig. 2): the target scores the newest committed token (the root), the candidate tree guessed by
 the previous step's prompt tokens, and the prompt tokens appended to the root and to every candidate, in one
-forward (``CachedModel.logits_for_tree`` with prompt nodes). The loop's tree rule picks the accepted path; the
-prompt tokens of the path's last node (the root when nothing was accepted) give the next step's guesses, so no
-draft model ever runs. Candidates are the guesses' top-k tokens, deterministic, so the loop's exact rule keeps
-the output distributed as p at any temperature (at T = 0 it is greedy AR's output).
+forward (this drafter's scorer, ``PPDDrafter.score``: ``CachedModel.logits_for_tree`` with prompt nodes; the loop
+never sees them). The loop's tree rule picks the accepted path; the prompt tokens of the path's last node (the
+root when nothing was accepted) give the next step's guesses, so no draft model ever runs. Candidates are the
+guesses' top-k tokens, deterministic, so the loop's exact rule keeps the output distributed as p at any
+temperature (at T = 0 it is greedy AR's output).
 
 The tree is the dynamic sparse tree of §4 (``simulations.ppd``): it has m states T_1..T_m; state k is used when
 the previous accepted node carried k prompt tokens (so k distances are guessed), and within a state each
@@ -33,9 +34,10 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from .. import cost
 from ..config import SamplingConfig
 from ..tree import TreeSize
-from .base import Drafter, PromptNodes, Proposal, StepFeedback
+from .base import Proposal, Scores, StepFeedback, TreeDrafter
 from .medusa import paths_to_parents
 from .weights import read_folder, save_folder
 
@@ -131,30 +133,28 @@ def tree_speed(rank_probs, size: int, m: int, e: int, l_fp) -> tuple[float, floa
     pi = steady_state(transition_matrix(tree, probs), start=tree.root_prompts)
     latency = float(sum(w * l_fp(int(n)) for w, n in zip(pi, input_lengths(tree, e))))
     tau = accept_length(tree, probs)
-    return tau, latency, tau * l_fp(1) / latency
+    return tau, latency, cost.tree_speedup(tau, latency, l_fp(1))
 
 
 def hardware_tree_size(rank_probs, m: int, e: int, l_fp, max_input: int, n_max: int = 64,
                        patience: int = 8) -> tuple[int, dict]:
     """The hardware-aware tree size (§4.2): the n maximising τ(n)/L_fp on this device's measured latencies, over
     n = 2..n_max whose every state's input fits ``max_input`` positions (the profile's measured range). τ(n) rises
-    ever more slowly while L_fp(n) keeps growing, so the scan stops ``patience`` sizes after the best so far.
+    ever more slowly while L_fp(n) keeps growing, so the scan stops ``patience`` sizes after the best so far
+    (``cost.best_tree_size`` over ``tree_speed``).
     Returns (n, {n: (τ, mean L_fp, predicted speedup)}) for every n considered."""
-    curve = {}
-    for n in range(2, n_max + 1):
-        if int(input_lengths(dynamic_tree(rank_probs, n, m), e).max()) > max_input:
-            break
-        curve[n] = tree_speed(rank_probs, n, m, e, l_fp)
-        if n - max(curve, key=lambda k: curve[k][2]) >= patience:
-            break
-    if not curve:
+    def speed(n: int) -> tuple[float, float, float] | None:
+        fits = int(input_lengths(dynamic_tree(rank_probs, n, m), e).max()) <= max_input
+        return tree_speed(rank_probs, n, m, e, l_fp) if fits else None
+    if speed(2) is None:
         raise ValueError(f"no PPD tree fits {max_input} input positions")
-    return max(curve, key=lambda n: curve[n][2]), curve
+    return cost.best_tree_size(speed, range(2, n_max + 1), patience=patience)
 
 
-def choose_tree_size(config: PPDConfig, profile) -> TreeSize:
+def choose_tree_size(config: PPDConfig, profile, gamma: int | str = "auto") -> TreeSize:
     """The hardware-aware size on a device profile (``metrics.profile.Profile``), with its τ, mean L_fp over the
-    tree states and why, for the records."""
+    tree states and why, for the records. γ is not used: the states' depths are the prompt tokens' (m); it is
+    taken so that every tree drafter's module sizes with one signature (``drafters.base.TreeDrafter``)."""
     size, curve = hardware_tree_size(config.rank_probs, config.prompt_tokens, config.epts, profile.l_fp,
                                      max_input=profile.n_max)
     tau, latency, speedup = curve[size]
@@ -195,12 +195,31 @@ def layout(paths, prompts, root_prompts: int, e: int) -> Layout:
                   prompt_embed=torch.tensor(prompt_embed, dtype=torch.long), anchor_rows=anchor_rows)
 
 
-class PPDDrafter(Drafter):
+@dataclass(frozen=True)
+class PromptNodes:
+    """Embedding-input nodes appended after a proposal's N candidate tokens (PPD's prompt tokens)."""
+
+    embeds: torch.Tensor  # [P, H] the input embedding of each node
+    parents: torch.Tensor  # [P] long: −1 the root, 0..N−1 a candidate, N..N+P−1 an earlier prompt node
+
+    def __post_init__(self):
+        if self.embeds.dim() != 2 or self.parents.dim() != 1 or self.embeds.shape[0] != self.parents.numel():
+            raise ValueError(f"prompt nodes need embeds [P, H] and parents [P], got {tuple(self.embeds.shape)} "
+                             f"and {tuple(self.parents.shape)}")
+
+    def __len__(self) -> int:
+        return self.parents.numel()
+
+
+class PPDDrafter(TreeDrafter):
     """Proposes state k's candidate tree from the guesses of the prompt tokens the last accepted node carried.
 
     The first step of a generation has no guesses yet: it proposes the root's prompt tokens only (the prompt's
     prefill is that step's forward). ``tree`` (a ``simulations.ppd.DynamicSparseTree``) overrides the dynamic
-    sparse tree of ``tree_size`` (Fig. 8(a)'s static and random trees); γ caps the candidates' depth."""
+    sparse tree of ``tree_size`` (Fig. 8(a)'s static and random trees); γ caps the candidates' depth.
+
+    The prompt nodes never enter the proposal: ``propose`` keeps them (``prompt_nodes``) and this drafter's scorer
+    (``score``) appends them to the target's tree forward, so the loop verifies the candidates alone."""
 
     name = "ppd"
     needs_hidden = True
@@ -211,7 +230,8 @@ class PPDDrafter(Drafter):
             raise ValueError(f"a PPD tree size must be >= 2 (one candidate and its prompt token), got {tree_size}")
         if not config.rank_probs:
             raise ValueError("these prompt tokens carry no measured accuracies (rank_probs) to build a tree from")
-        self.tokens, self.config, self.lm_head, self.tree_size = tokens, config, lm_head, tree_size
+        super().__init__(config, tree_size)
+        self.tokens, self.lm_head = tokens, lm_head
         self.fixed_tree = tree is not None
         self.tree = tree if tree is not None else dynamic_tree(config.rank_probs, tree_size, config.prompt_tokens)
         self.k_max = len(config.rank_probs[0])
@@ -226,7 +246,8 @@ class PPDDrafter(Drafter):
 
     def reset(self) -> None:
         self.anchor_hidden: torch.Tensor | None = None  # [k, e, H] the last accepted node's prompt-token states
-        self._pending: Layout | None = None
+        self._pending: Layout | None = None  # the layout of the latest proposal, until its feedback
+        self.prompt_nodes: PromptNodes | None = None  # that proposal's prompt nodes, until its feedback
 
     def state_layout(self, k: int, gamma: int) -> Layout:
         """State k's layout for a step of at most ``gamma`` drafts (k = 0: the root's prompt tokens only).
@@ -262,11 +283,22 @@ class PPDDrafter(Drafter):
         self._pending = lay
         tokens = self.guesses()[lay.distance, lay.rank] if k else torch.empty(0, dtype=torch.long)  # [N]
         embeds = self.tokens.embeds.reshape(-1, self.tokens.embeds.shape[-1])[lay.prompt_embed]  # [P, H]
-        return Proposal(tokens=tokens, probs=None, calls=0, parents=lay.parents,
-                        prompt_nodes=PromptNodes(embeds=embeds, parents=lay.prompt_parents))
+        self.prompt_nodes = PromptNodes(embeds=embeds, parents=lay.prompt_parents)  # scored, never proposed
+        return Proposal(tokens=tokens, probs=None, calls=0, parents=lay.parents)
+
+    def score(self, model, ids: list[int], tokens: torch.Tensor, parents: torch.Tensor) -> Scores:
+        """The target's tree forward over the root, the N candidates and then this step's P prompt nodes (§3,
+        Fig. 2), which get hidden states (for ``feedback``) but no logits: logits [N+1, V], hidden [1+N+P, H],
+        n_inputs = 1 + N + P (Table 1's S_input). A step that proposed nothing (γ = 0) is the plain forward."""
+        if self.prompt_nodes is None:
+            return super().score(model, ids, tokens, parents)
+        nodes = self.prompt_nodes
+        logits, hidden = model.logits_for_tree(ids, tokens, parents, output_hidden=True, prompt_embeds=nodes.embeds,
+                                               prompt_parents=nodes.parents)
+        return Scores(logits=logits, hidden=hidden, n_inputs=1 + tokens.numel() + len(nodes))
 
     def feedback(self, step: StepFeedback) -> None:
-        lay, self._pending = self._pending, None
+        lay, self._pending, self.prompt_nodes = self._pending, None, None
         n = 0 if lay is None else lay.parents.numel()
         if lay is None or step.hidden is None or step.hidden.shape[0] != 1 + n + lay.prompt_parents.numel():
             self.anchor_hidden = None  # the step scored no prompt nodes (a plain last step): start over

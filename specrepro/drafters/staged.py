@@ -26,7 +26,8 @@ import torch
 
 from ..acceptance import TREE_RULES, TreeRule
 from ..config import SamplingConfig
-from ..warping import one_hot, warp
+from ..verify import verify
+from ..warping import one_hot
 from .base import Drafter, Proposal, StepFeedback
 from .lm import LMDrafter, sample_chain
 from .prompt_lookup import PromptLookupDrafter
@@ -91,12 +92,13 @@ class StagedDrafter(_CombinedDrafter):
     """The draft model's γ-token chain, drawn by speculative sampling of the draft model with an inner drafter.
 
     Each round: the inner drafter proposes up to k = min(``inner_gamma``, γ − len(chain) − 1) tokens after the
-    committed ids and the chain so far; the draft model scores the newest token and those k in one forward (its
-    own cache, ``CachedModel.logits_for_tree``, batched positions), giving its warped rows q [k+1, V]; the
-    acceptance ``rule`` (by default the exact tree rule, speculative sampling on a chain) with q in the target's
-    place keeps an accepted prefix and draws the next token from q's residual (or q itself after the whole
-    proposal); the cache keeps the accepted path (``keep_path``). At most k+1 <= γ − len(chain) tokens join the
-    chain, so rounds never overshoot, and a round with k = 0 is a plain draft step.
+    committed ids and the chain so far; the loop's own verification step (``specrepro.verify``) runs with the draft
+    model in the target's place: the draft scores the newest token and those k in one forward (its own cache,
+    through the inner drafter's scorer), giving its warped rows q [k+1, V]; the acceptance ``rule`` (by default the
+    exact tree rule, speculative sampling on a chain) keeps an accepted prefix and draws the next token from q's
+    residual (or q itself after the whole proposal); the cache keeps the accepted path. At most
+    k+1 <= γ − len(chain) tokens join the chain, so rounds never overshoot, and a round with k = 0 is a plain draft
+    step.
 
     Why the outer loop stays exact: the inner rule is lossless, so each chain token, given the ones before it, is
     distributed exactly as the draft model's warped row at its position, the row computed in that round's
@@ -130,28 +132,15 @@ class StagedDrafter(_CombinedDrafter):
             # 1. The inner drafter proposes k tokens; k + 1 more chain tokens at most, so none is wasted.
             k = min(self.inner_gamma, gamma - len(chain) - 1)
             inner = self.inner.propose(context, k, sampling, generator) if k > 0 else Proposal.empty()
-            if inner.prompt_nodes is not None:
-                raise ValueError(f"the inner drafter {self.inner.name!r} proposed prompt nodes; only tokens can "
-                                 "be verified by the draft model")
-            tokens, parents = inner.tokens.long().cpu(), inner.tree_parents()  # [n], [n]
-            n = tokens.numel()
-
-            # 2. The draft model scores the newest token and the n proposed ones in one forward.
-            q = warp(self.lm.logits_for_tree(context, tokens, parents)[0], sampling)  # [n+1, V]
+            # 2. The loop's verification step with the draft model in the target's place: one forward of the draft
+            #    over the newest token and the inner proposal, its warped rows q [n+1, V] as p, the inner rows as q.
+            step = verify(self.lm, context, inner, sampling, self.rule, generator, score=self.inner.score)
             calls += 1
-            q_inner = inner.probs.to(q) if inner.probs is not None else one_hot(tokens, q.shape[-1]).to(q)  # [n, V]
-
-            # 3. Speculative sampling of the draft model: q in the target's place, the inner drafter's rows as draft.
-            uniforms = torch.rand(n + 1, generator=generator, dtype=torch.float64).to(q.device)  # [n+1]
-            path, next_token = self.rule(q, q_inner, tokens.to(q.device), parents, uniforms)
-            self.lm.keep_path(path)  # the cache holds context + the accepted tokens; next_token is not run yet
-
-            # 4. Extend the chain; each token's row is q after its parent node (row 0 after the context).
-            emitted = [int(tokens[i]) for i in path] + [next_token]
-            rows += [q[0]] + [q[i + 1] for i in path]
-            labels += [FROM_INNER] * len(path) + [FROM_DRAFT]
-            chain += emitted
-            self.inner.feedback(StepFeedback(ids=context + emitted, path=list(path), p=q, hidden=None))
+            # 3. Extend the chain; each token's row is q after its parent node (row 0 after the context).
+            rows += [step.p[0]] + [step.p[i + 1] for i in step.path]
+            labels += [FROM_INNER] * len(step.path) + [FROM_DRAFT]
+            chain += step.tokens
+            self.inner.feedback(StepFeedback(ids=context + step.tokens, path=step.path, p=step.p, hidden=None))
         chain, rows, labels = chain[:gamma], rows[:gamma], labels[:gamma]  # (an inner tree deeper than k)
         self.sources.last = labels
         if not chain:
@@ -187,7 +176,7 @@ class FusedDrafter(_CombinedDrafter):
     def propose(self, ids: list[int], gamma: int, sampling: SamplingConfig,
                 generator: torch.Generator) -> Proposal:
         hit = self.lookup.propose(ids, gamma, sampling, generator)
-        if hit.parents is not None or hit.prompt_nodes is not None:
+        if hit.parents is not None:
             raise ValueError(f"the lookup drafter {self.lookup.name!r} must propose a chain of tokens")
         copied = hit.tokens.long().cpu().tolist()[:gamma]  # [n]
         rest = gamma - len(copied) if (self.fill or not copied) else 0

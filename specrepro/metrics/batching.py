@@ -31,6 +31,7 @@ import torch
 from transformers import DynamicCache
 
 from ..decoding import Clock, model_device
+from ..kvcache import drop_last
 from .energy import EnergyMeter, open_meter
 from .profile import Latency, cpu_info, dtype_name
 
@@ -54,7 +55,7 @@ class BatchedPrefix:
     forward and drops them again, so that every call follows the same L-token prefix.
 
     The cache is this object's own (built by the model's forward over the B prefixes and cut back to L after each
-    call); it is never a decoding cache, which only ``specrepro.kvcache`` changes.
+    call by ``kvcache.drop_last``, the package's one crop); it is never a decoding cache.
     """
 
     def __init__(self, model: torch.nn.Module, contexts: torch.Tensor):
@@ -74,7 +75,7 @@ class BatchedPrefix:
             raise ValueError(f"new tokens must be [{self.batch}, n] with n >= 1, got {tuple(new.shape)}")
         with torch.inference_mode():
             out = self.model(input_ids=new.to(self.device), past_key_values=self.cache, use_cache=True)
-        self.cache.crop(-new.shape[1])  # back to the L-token prefix
+        drop_last(self.cache, new.shape[1])  # back to the L-token prefix
         return out.logits  # [B, n, V]
 
 
