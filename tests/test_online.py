@@ -17,7 +17,7 @@ import pytest
 import torch
 
 from specrepro.autoregressive import autoregressive_generate
-from specrepro.config import DecodeConfig, MethodParams, SamplingConfig
+from specrepro.config import DecodeConfig, SamplingConfig
 from specrepro.draft_model import draft_from_target
 from specrepro.drafters import LMDrafter, Proposal
 from specrepro.drafters.online import OnlineDrafter, OnlineSample, SequenceSample
@@ -65,24 +65,25 @@ def test_config_rejects_bad_values(field, value):
                                           ("online_lr", 0.0), ("online_lr", float("inf")), ("online_divergence", "kl"),
                                           ("online_examples", "tokens")])
 def test_method_params_reject_bad_online_values(field, value):
+    from specrepro.methods.online import Params
     with pytest.raises(ValueError, match=field):
-        MethodParams(**{field: value})
+        Params(**{field: value})
 
 
 def test_the_online_flags_reach_the_drafter(pair):
-    """--online-buffer/-every/-steps/-lr/-divergence (MethodParams) become the OnlineConfig of --method online, which
-    trains an fp32 copy of the draft it is given."""
+    """--online-buffer/-every/-steps/-lr/-divergence (the online method's Params) become the OnlineConfig of
+    --method online, which trains an fp32 copy of the draft it is given."""
     import argparse
 
     from specrepro.__main__ import add_decode_args, params_from
-    from specrepro.methods import drafter_for
+    from specrepro.methods import drafter_for, method
     from specrepro.models import LoadedModel
 
     parser = argparse.ArgumentParser()
     add_decode_args(parser)
     args = parser.parse_args(["--online-buffer", "7", "--online-every", "2", "--online-steps", "3",
                               "--online-lr", "3e-4", "--online-divergence", "jsd", "--online-examples", "sequences"])
-    config = DecodeConfig(method="online", seed=5, params=params_from(args))
+    config = DecodeConfig(method="online", seed=5, params=params_from(args, method("online")))
     target, draft = pair
     drafter = drafter_for(LoadedModel("tiny-draft", draft, None), "online", target, config)
     assert drafter.learner.config == OnlineConfig(buffer_size=7, update_every=2, steps_per_update=3, lr=3e-4,

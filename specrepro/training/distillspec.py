@@ -47,7 +47,7 @@ from ..decoding import eos_ids
 from ..drafters import LMDrafter
 from ..prompts import encode_prompt, load_suite
 from ..provenance import atomic_write_text
-from ..record import pooled_alpha
+from ..record import alpha_of
 from ..speculative import speculative_generate
 from .data import Example, collate, generate_with_rows
 from .evaluate import data_agreement
@@ -251,9 +251,7 @@ def measure_tau(target: torch.nn.Module, draft: torch.nn.Module, data: StudyData
         rows.append({"suite": suite, "new_tokens": rec.new_tokens, "target_calls": rec.target_calls,
                      "accepted": sum(rec.accept_lengths), "tested": rec.tested})
     new, calls = sum(r["new_tokens"] for r in rows), sum(r["target_calls"] for r in rows)
-    return {"tau": new / calls, "alpha": pooled_alpha([a for r in records for a in r.accept_lengths],
-                                                      [g for r in records for g in r.proposed_lengths]),
-            "prompts": rows}
+    return {"tau": new / calls, "alpha": alpha_of(records), "prompts": rows}
 
 
 def relative_gain(cell: list[dict], base: list[dict], resamples: int, seed: int) -> dict:

@@ -15,7 +15,7 @@ from ..drafters import LMDrafter
 from ..metrics.profile import forward_timer
 from ..models import LoadedModel
 from ..prompts import encode_prompt, load_suite
-from ..record import pooled_alpha
+from ..record import alpha_of
 from ..speculative import speculative_generate
 from .data import Example, collate
 from .losses import student_rows
@@ -38,11 +38,8 @@ def evaluate_alpha(target: torch.nn.Module, draft: torch.nn.Module, prompts: dic
             max_new_tokens=cfg.eval_max_new, gamma=cfg.gamma, sampling=SamplingConfig(temperature=temperature),
             seed=cfg.seed + k), eos) for k, ids in enumerate(plist)]
     every = [r for recs in records.values() for r in recs]
-
-    def alpha(recs) -> float | None:
-        return pooled_alpha([a for r in recs for a in r.accept_lengths], [g for r in recs for g in r.proposed_lengths])
-    return {"temperature": temperature, "gamma": cfg.gamma, "alpha": alpha(every),
-            "per_suite": {suite: alpha(recs) for suite, recs in records.items()},
+    return {"temperature": temperature, "gamma": cfg.gamma, "alpha": alpha_of(every),
+            "per_suite": {suite: alpha_of(recs) for suite, recs in records.items()},
             "accepted": sum(sum(r.accept_lengths) for r in every), "tested": sum(r.tested for r in every),
             "new_tokens": sum(r.new_tokens for r in every), "prompts": len(every),
             "seconds": round(time.perf_counter() - t0, 1)}

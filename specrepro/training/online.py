@@ -51,7 +51,7 @@ from ..decoding import Clock, model_device
 from ..draft_model import ReducedVocabDraft
 from ..drafters.base import Drafter
 from ..drafters.online import OnlineDrafter, OnlineSample, SequenceSample
-from ..record import GenerationRecord, pooled_alpha
+from ..record import GenerationRecord, alpha_of
 from ..speculative import speculative_generate
 from .data import DistillBatch, Example, collate
 from .loop import Trainer
@@ -266,8 +266,7 @@ class StreamRecord:
     @property
     def alpha(self) -> float | None:
         """α pooled over the whole stream."""
-        return pooled_alpha([a for r in self.records for a in r.accept_lengths],
-                            [g for r in self.records for g in r.proposed_lengths])
+        return alpha_of(self.records)
 
     @property
     def updates(self) -> int:
