@@ -1,15 +1,18 @@
 """Measured accept length of a tree drafter (Medusa heads, PPD prompt tokens): the τ of the PPD paper's Fig. 8(a),
-shared by ``notebooks/medusa_trees.ipynb`` and ``notebooks/ppd_parallel_prompt_decoding.ipynb``."""
+shared by ``notebooks/medusa_trees.ipynb`` and ``notebooks/ppd_parallel_prompt_decoding.ipynb``, with what both read
+back from a tree bench: its device profile and the measured speedup of each tree size (Fig. 8(c))."""
 from __future__ import annotations
 
 from collections.abc import Sequence
 
 import torch
 
-from ..bench import BenchPrompt
+from ..bench import BenchPrompt, BenchResult
 from ..config import DecodeConfig
 from ..drafters.base import Drafter
+from ..metrics.profile import Profile
 from ..speculative import speculative_generate
+from .common import rows_of
 
 
 def tree_tau(model: torch.nn.Module, drafter: Drafter, prompts: Sequence[BenchPrompt], *, max_new: int, gamma: int,
@@ -25,3 +28,17 @@ def tree_tau(model: torch.nn.Module, drafter: Drafter, prompts: Sequence[BenchPr
     if not calls:
         raise ValueError(f"{method}: no tree-verifying call in {len(prompts)} prompts of {max_new} tokens")
     return tokens / calls
+
+
+def bench_profile(result: BenchResult, dtype: str) -> Profile:
+    """The device profile a tree bench measured in ``dtype`` (that of its first session that measured any): the
+    L_fp(n) its tree sizes were chosen from."""
+    return Profile.from_dict(next(s for s in result.provenance["sessions"] if s.get("profiles"))["profiles"][dtype])
+
+
+def measured_speedups(result: BenchResult, variants: Sequence[str]) -> list[tuple[int, float, float]]:
+    """(tree size, measured speedup over plain decoding, tokens per call) of each tree variant of a bench, in the
+    order of ``variants``: Fig. 8(c)'s points."""
+    rows = rows_of(result)
+    return [(result.provenance["tree_sizes"][v]["size"], rows[v]["speedup"], rows[v]["tokens_per_call"])
+            for v in variants]
