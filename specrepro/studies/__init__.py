@@ -6,10 +6,12 @@ tiny models of ``tests/conftest.py``.
 
 - :mod:`.common`: the run-cache folder and bench runner every study shares, the per-variant summary rows, the
   paired tokens/s ratio and the prompt splits;
-- :mod:`.trees`: tokens per tree-verifying call of a tree drafter (Medusa and PPD notebooks);
+- :mod:`.trees`: tokens per tree-verifying call of a tree drafter, a tree bench's profile and measured speedups
+  (Medusa and PPD notebooks);
 - :mod:`.survey`: mentored decoding on real rows, staged/fused decoding, β against batch size (survey and
   mentored blogs);
 - :mod:`.mjsd`: the MJSD paper's tables and figures (its printed numbers, the validation choice, the claims);
-- :mod:`.ppd`: the PPD paper's tables and figures from the zoo records and one bench;
-- :mod:`.medusa`: the Medusa tree-size study.
+- :mod:`.ppd`: the PPD paper's tables and figures from the zoo records, the ablation records, a τ grid and one bench;
+- :mod:`.medusa`: the Medusa tree-size study (Fig. 6, Fig. 8(a-c), Table 1 on our heads);
+- :mod:`.slides`: the slides' Tables 2 and 3 on our pair, beside their printed rows.
 """

@@ -1,10 +1,198 @@
-"""The measuring code of ``notebooks/ppd_parallel_prompt_decoding.ipynb`` (PPD paper, seed 002) that reads the
-bench records and the zoo's training records."""
+"""The measuring code of ``notebooks/ppd_parallel_prompt_decoding.ipynb`` (PPD paper, seed 002): its tables and
+figures from the zoo's training records, the ablation records, a τ grid over tree sizes and one interleaved bench.
+
+Notation: m = prompt tokens, e = EPTs per prompt token, n = tree size (candidates and their prompt tokens),
+τ(n) = tokens per tree-verifying call, L_fp(n) = one target forward over n positions (the device profile).
+"""
 from __future__ import annotations
 
 from collections.abc import Sequence
 
 import numpy as np
+import torch
+
+from simulations import ppd as sim_ppd
+
+from ..bench import BenchPrompt, BenchResult
+from ..cost import tree_speedup
+from ..drafters.ppd import PPDConfig, PPDDrafter, PromptTokens, dynamic_tree, input_lengths, tree_speed
+from ..metrics.profile import Profile
+from .common import rows_of
+from .trees import bench_profile, tree_tau
+
+ACCURACY_CELLS = ("@1 top-1", "@1 top-5", "@2 top-1", "@2 top-5")  # the ablation tables' four columns
+PAPER_ABLATIONS = {  # the paper's printed rows of Tables 2-8: ACCURACY_CELLS in order
+    "Table 2": {"100 EPT": (0.506, 0.794, 0.276, 0.602), "10 EPT": (0.494, 0.786, 0.273, 0.600),
+                "5 EPT": (0.499, 0.787, 0.265, 0.596), "2 EPT": (0.486, 0.777, 0.259, 0.583),
+                "1 EPT": (0.472, 0.771, 0.248, 0.576)},
+    "Table 3": {"100 EPT, KD, 12 epochs": (0.525, 0.805, 0.308, 0.625), "100 EPT, no KD": (0.506, 0.794, 0.276, 0.602),
+                "1 EPT, KD, 12 epochs": (0.485, 0.779, 0.261, 0.586), "1 EPT, KD, 2 epochs": (0.474, 0.773, 0.247, 0.574),
+                "1 EPT, no KD": (0.472, 0.771, 0.248, 0.576), "100 EPT, KD, 12 epochs, batch 1": (0.530, 0.809, 0.309, 0.626),
+                "1 EPT, KD, 12 epochs, batch 1": (0.484, 0.775, 0.259, 0.581)},
+    "Table 4": {"no prefix tuning": (0.485, 0.779, 0.261, 0.586), "prefix tuning": (0.412, 0.738, 0.204, 0.541)},
+    "Table 5": {"no custom head": (0.485, 0.779, 0.261, 0.586), "custom head, 1-stage": (0.385, 0.614, 0.229, 0.482),
+                "custom head, 2-stage": (0.506, 0.795, 0.276, 0.602)},
+    "Table 6": {"ensemble mask": (0.506, 0.794, 0.276, 0.602), "decoder mask": (0.465, 0.755, 0.262, 0.572),
+                "encoder mask": (0.473, 0.765, 0.256, 0.573)},
+    "Table 7": {"average": (0.506, 0.794, 0.276, 0.602), "learned weight": (0.503, 0.779, 0.250, 0.576)},
+    "Table 8": {"no multi-exit": (0.485, 0.779, 0.261, 0.586), "3 exits": (0.422, 0.723, 0.214, 0.517),
+                "2 exits": (0.420, 0.723, 0.213, 0.518)},
+}
+BASELINE = {"Table 2": [], "Table 3": ["ept1", "ept2"], "Table 4": ["ept1"], "Table 5": ["ept1"], "Table 6": ["ept2"],
+            "Table 7": ["ept2"], "Table 8": ["ept1"]}  # the default-recipe rows each table compares against
+ABLATION_COLUMNS = ("epts", "kd", "steps", "batch", "mask", "aggregation", "exits", "prefix", "head")
+MEDUSA_PAPER = {"model": "Vicuna-7B (paper)", "method": "Medusa", "throughput_tok_s": 82.0, "tau": 2.51,
+                "L_fp_ms": 30.7, "trainable_pct": 8.07, "S_tr": "63", "S_input": "63", "positions_per_step": None,
+                "device": "GPU (paper)"}  # Table 1's Medusa row as printed
+
+
+# ------------------------------------------------------------------ training and ablation records
+
+
+def topk_accuracies(ppd_record: dict, medusa_record: dict, ablations: dict,
+                    m: int) -> tuple[np.ndarray, np.ndarray, dict[int, np.ndarray]]:
+    """Fig. 6's accumulative top-k accuracies on held-out data: PPD's [m, k] and Medusa's 3 heads' [3, k] from the
+    zoo's training records, and {EPTs: [distance, k]} of the Table 2 ablation rows."""
+    acc_ppd = np.array([ppd_record["held_out_topk_accuracy"][f"distance_{d + 1}"] for d in range(m)])
+    acc_medusa = np.array([medusa_record["held_out_topk_accuracy"][f"head_{d + 1}"] for d in range(3)])
+    acc_ept = {r["config"]["epts"]: np.array(list(r["held_out_topk_accuracy"].values()))
+               for r in ablations.values() if r["table"] == "Table 2"}
+    return acc_ppd, acc_medusa, acc_ept
+
+
+def topk_table(acc_ppd: np.ndarray, acc_medusa: np.ndarray, acc_ept: dict[int, np.ndarray]) -> list[dict]:
+    """Fig. 6: per distance 1..3 and k in (1, 3, 5, 10), PPD, Medusa and each EPT count beside the paper's printed
+    PPD anchor (Vicuna-7B)."""
+    rows = []
+    for d in range(3):
+        paper = sim_ppd.PAPER_TOPK_ANCHORS.get(d + 1, {})
+        for k in (1, 3, 5, 10):
+            rows.append({"distance": d + 1, "k": k, "ppd_zoo": acc_ppd[d, k - 1], "medusa_zoo": acc_medusa[d, k - 1],
+                         **{f"ppd_{e}ept_ablation": a[d, k - 1] for e, a in sorted(acc_ept.items())},
+                         "ppd_paper_vicuna7b": paper.get(k)})
+    return rows
+
+
+def smooth(x, w: int = 25) -> np.ndarray:
+    """Moving average over ``w`` steps ("valid" part); ``x`` itself when shorter than ``w``."""
+    x = np.asarray(x, dtype=float)
+    return np.convolve(x, np.ones(w) / w, mode="valid") if x.size >= w else x
+
+
+def loss_summary(label: str, record: dict) -> dict:
+    """Fig. 9's table row of one training run: steps, first loss, mean of the last 50, final held-out loss."""
+    losses, val = record["train"]["losses"], record["train"]["val_losses"]
+    return {"run": label, "steps": len(losses), "first_loss": losses[0], "last_50_mean": float(np.mean(losses[-50:])),
+            "final_val_loss": val[-1][1] if val else None}
+
+
+def distance_accuracy(record: dict) -> dict[str, float]:
+    """The four numbers the paper's ablation tables print: top-1 and top-5 accuracy at distances 1 and 2, from a
+    training record's ``held_out_topk_accuracy`` (distance -> accumulative top-k list)."""
+    a = np.array(list(record["held_out_topk_accuracy"].values()))  # [distance, k]
+    return {"@1 top-1": a[0, 0], "@1 top-5": a[0, 4], "@2 top-1": a[1, 0], "@2 top-5": a[1, 4]}
+
+
+def ablation_names(ablations: dict, table: str) -> list[str]:
+    """Our trained rows of ``table`` (Tables 2-8) after the default-recipe rows it compares against, those trained."""
+    return [n for n in BASELINE[table] + [n for n, r in ablations.items() if r["table"] == table] if n in ablations]
+
+
+def ablation_table(ablations: dict, table: str) -> list[dict]:
+    """One of Tables 2-8: our rows (their recipe, the four accuracies, trainable parameters), then the paper's."""
+    rows = []
+    for name in ablation_names(ablations, table):
+        c = ablations[name]["config"]
+        rows.append({"row": name, **{k: c.get(k, 1) if k == "batch" else c[k] for k in ABLATION_COLUMNS},
+                     **distance_accuracy(ablations[name]),
+                     "trainable_params": ablations[name]["prompt_tokens"]["trainable_parameters"]})
+    for label, values in PAPER_ABLATIONS[table].items():
+        rows.append({"row": f"paper: {label}", **dict.fromkeys(ABLATION_COLUMNS),
+                     "batch": 1 if "batch 1" in label else (4 if table == "Table 3" else None),
+                     **dict(zip(ACCURACY_CELLS, values)), "trainable_params": None})
+    return rows
+
+
+# ------------------------------------------------------------------ accept length and speed against tree size
+
+
+def accept_length_row(model: torch.nn.Module, tokens: PromptTokens, config: PPDConfig, prompts: Sequence[BenchPrompt],
+                      n: int, *, max_new: int, seed: int) -> dict:
+    """Fig. 8(a) at tree size n: measured τ of the dynamic, static and random trees beside each one's theory
+    τ = 1 + R(T) (Prop. 4.4). The random tree comes from its own generator, seeded with (seed, n), so that a
+    resumed grid draws the same trees."""
+    rank_probs, m = np.array(config.rank_probs), config.prompt_tokens
+    trees = {"dynamic": sim_ppd.optimal_tree(rank_probs, n, m), "static": sim_ppd.static_tree(rank_probs, n, m),
+             "random": sim_ppd.random_tree(rank_probs, n, m, np.random.default_rng([seed, n]))}
+    lm_head = model.get_output_embeddings()
+    row = {"tree_size": n}
+    for kind, t in trees.items():
+        drafter = PPDDrafter(tokens, config, lm_head, tree_size=n, tree=t)
+        row[f"tau_{kind}"] = tree_tau(model, drafter, prompts, max_new=max_new, gamma=m, seed=seed, method="ppd")
+        row[f"tau_theory_{kind}"] = float(sim_ppd.accept_length(t, rank_probs))
+    return row
+
+
+def theoretical_speedups(fig8a: Sequence[dict], config: PPDConfig, prof: Profile) -> list[dict]:
+    """Fig. 8(b): per tree size of the τ grid whose every state's input the profile measured, the steady-state
+    mean L_fp per call and the speedup with the theory τ (``drafters.ppd.tree_speed``) and with the measured τ
+    (``cost.tree_speedup``)."""
+    rank_probs, m, l1, rows = np.array(config.rank_probs), config.prompt_tokens, prof.l_fp(1), []
+    for r in fig8a:
+        n = r["tree_size"]
+        if int(input_lengths(dynamic_tree(rank_probs, n, m), config.epts).max()) <= prof.n_max:
+            _, latency, speedup = tree_speed(rank_probs, n, m, config.epts, prof.l_fp)
+            rows.append({"tree_size": n, "mean_L_fp_ms": 1e3 * latency, "speedup_theory_tau": speedup,
+                         "speedup_measured_tau": tree_speedup(r["tau_dynamic"], latency, l1)})
+    return rows
+
+
+# ------------------------------------------------------------------ the interleaved bench
+
+
+def mean_input_length(records: Sequence[dict], label: str) -> float:
+    """Mean number of positions a tree step of ``label`` feeds the target (the prefill left out; 1 without any)."""
+    return float(np.mean([n for r in records if r["method"] == label for n in r["input_lengths"][1:]] or [1]))
+
+
+def table1(result: BenchResult, config: PPDConfig, ppd_record: dict, medusa_record: dict, target: str) -> list[dict]:
+    """Table 1: vanilla decoding, Medusa and PPD at their hardware-aware sizes measured on ``target`` (throughput, τ,
+    L_fp of each one's mean step input, trainable %, candidates and input length per state, positions per step),
+    then the paper's PPD rows and its Medusa row as printed."""
+    rows, sizes = rows_of(result), result.provenance["tree_sizes"]
+    prof = bench_profile(result, rows["ppd"]["dtype"])
+    n_ppd, n_medusa = sizes["ppd"]["size"], sizes["medusa"]["size"]
+    tree = dynamic_tree(np.array(config.rank_probs), n_ppd, config.prompt_tokens)
+    l_step = lambda label: 1e3 * prof.l_fp(round(mean_input_length(result.records, label)))
+    table = [
+        {"model": target, "method": "vanilla", "throughput_tok_s": rows["ar"]["tokens_per_s"], "tau": 1.0,
+         "L_fp_ms": 1e3 * bench_profile(result, rows["ar"]["dtype"]).l_fp(1), "trainable_pct": None, "S_tr": "NA",
+         "S_input": "1", "positions_per_step": "1", "device": f"CPU, {rows['ar']['dtype']}"},
+        {"model": target, "method": "Medusa (3 heads)", "throughput_tok_s": rows["medusa"]["tokens_per_s"],
+         "tau": rows["medusa"]["tokens_per_call"], "L_fp_ms": l_step("medusa"),
+         "trainable_pct": 100 * medusa_record["heads"]["trainable_fraction"], "S_tr": str(n_medusa),
+         "S_input": str(n_medusa), "positions_per_step": str(n_medusa + 1), "device": f"CPU, {rows['medusa']['dtype']}"},
+        {"model": target, "method": "PPD (3 prompt tokens, 1 EPT)", "throughput_tok_s": rows["ppd"]["tokens_per_s"],
+         "tau": rows["ppd"]["tokens_per_call"], "L_fp_ms": l_step("ppd"),
+         "trainable_pct": 100 * ppd_record["prompt_tokens"]["trainable_fraction"],
+         "S_tr": str(tuple(s.n_candidates for s in tree.states)),
+         "S_input": str(tuple(s.n_candidates + s.n_prompts * config.epts for s in tree.states)),
+         "positions_per_step": str(tuple(int(x) for x in input_lengths(tree, config.epts))),
+         "device": f"CPU, {rows['ppd']['dtype']}"},
+    ]
+    for name, r in sim_ppd.PAPER_TABLE1.items():
+        table.append({"model": f"{name} (paper)", "method": "PPD", "throughput_tok_s": None, "tau": r["tau"],
+                      "L_fp_ms": 1e3 * r["latency"], "trainable_pct": None, "S_tr": str(r["s_tr"]),
+                      "S_input": str(r["s_input"]), "positions_per_step": None, "device": "GPU (paper)"})
+    return table + [dict(MEDUSA_PAPER)]
+
+
+def methods_table(result: BenchResult, variants: Sequence[str]) -> list[dict]:
+    """Fig. 4: each method of the bench (the fixed-size PPD trees and plain decoding left out) with its speedup."""
+    rows = rows_of(result)
+    return [{"method": v, "dtype": rows[v]["dtype"], "speedup": rows[v]["speedup"],
+             "speedup_median": rows[v]["speedup_median"], "tokens_per_call": rows[v]["tokens_per_call"],
+             "identical_to_ar": rows[v]["identical_to_ar"]} for v in variants if not v.startswith(("ppd:", "ar"))]
 
 
 def throughput_by_suite(records: Sequence[dict], suites: dict[str, Sequence[str]],
@@ -22,13 +210,42 @@ def throughput_by_suite(records: Sequence[dict], suites: dict[str, Sequence[str]
     return table
 
 
-def mean_input_length(records: Sequence[dict], label: str) -> float:
-    """Mean number of positions a tree step of ``label`` feeds the target (the prefill left out; 1 without any)."""
-    return float(np.mean([n for r in records if r["method"] == label for n in r["input_lengths"][1:]] or [1]))
+# ------------------------------------------------------------------ memory, speed and training cost
 
 
-def distance_accuracy(record: dict) -> dict[str, float]:
-    """The four numbers the paper's ablation tables print: top-1 and top-5 accuracy at distances 1 and 2, from a
-    training record's ``held_out_topk_accuracy`` (distance -> accumulative top-k list)."""
-    a = np.array(list(record["held_out_topk_accuracy"].values()))  # [distance, k]
-    return {"@1 top-1": a[0, 0], "@1 top-5": a[0, 4], "@2 top-1": a[1, 0], "@2 top-5": a[1, 4]}
+def parameter_count(model: torch.nn.Module) -> int:
+    return sum(p.numel() for p in model.parameters())
+
+
+def kv_bytes_per_position(model_config, bytes_per: int) -> int:
+    """Bytes of KV cache one position adds: keys and values of every layer's KV heads."""
+    c = model_config
+    return 2 * c.num_hidden_layers * c.num_key_value_heads * (c.hidden_size // c.num_attention_heads) * bytes_per
+
+
+def memory_table(result: BenchResult, target: torch.nn.Module, draft_params: int, ppd_record: dict,
+                 medusa_record: dict, draft_record: dict) -> list[dict]:
+    """Figs. 7 and 1: extra weights (count, MB in PPD's bench dtype, % of the target), the extra KV positions and
+    MB of one step, the measured speedup and the training CPU minutes of PPD, Medusa and the distilled draft
+    (``speculative:g2``, 2 extra positions a step)."""
+    rows = rows_of(result)
+    bytes_per = 2 if rows["ppd"]["dtype"] in ("bf16", "fp16") else 4
+    kv = kv_bytes_per_position(target.config, bytes_per)
+    positions = lambda label: mean_input_length(result.records, label) - 1
+    medusa_s = medusa_record["times_s"]
+    table = [
+        {"method": "PPD", "extra_params": ppd_record["prompt_tokens"]["trainable_parameters"],
+         "step_kv_positions": positions("ppd"), "speedup": rows["ppd"]["speedup"],
+         "train_cpu_min": ppd_record["times_s"]["train_s"] / 60},
+        {"method": "Medusa", "extra_params": medusa_record["heads"]["trainable_parameters"],
+         "step_kv_positions": positions("medusa"), "speedup": rows["medusa"]["speedup"],
+         "train_cpu_min": medusa_s["train_s"] / 60 + medusa_s.get("hidden_s", 0) / 60},
+        {"method": "speculative (distilled draft)", "extra_params": draft_params, "step_kv_positions": 2,
+         "speedup": rows["speculative:g2"]["speedup"], "train_cpu_min": draft_record["times_s"]["train_s"] / 60},
+    ]
+    target_params = parameter_count(target)
+    for r in table:
+        r["extra_weight_MB"] = r["extra_params"] * bytes_per / 2**20
+        r["extra_pct_of_target"] = 100 * r["extra_params"] / target_params
+        r["step_kv_MB"] = r["step_kv_positions"] * kv / 2**20
+    return table

@@ -2,12 +2,15 @@
 back from a tree bench, and the Medusa and PPD notebooks' tables over bench and training records."""
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 import pytest
 import torch
 
 from simulations.ppd import PAPER_TABLE1
 from specrepro.bench import BenchPrompt, BenchResult
 from specrepro.drafters.medusa import MedusaConfig, MedusaDrafter, MedusaHeads
+from specrepro.drafters.ppd import PPDConfig, PromptTokens
 from specrepro.studies import medusa as medusa_study
 from specrepro.studies import ppd, trees
 from specrepro.studies.trees import tree_tau
@@ -119,3 +122,105 @@ def test_medusa_bench_table_and_table1():
     assert heads["tree_size"] == 6 and heads["input_length"] == 7 and heads["L_fp_ms"] == 7.0
     assert heads["trainable_pct"] == 1.0 and heads["tau"] == 1.5
     assert [r["model"] for r in t1[2:]] == [f"{name} (paper)" for name in PAPER_TABLE1]
+
+
+# ------------------------------------------------------------------ the PPD notebook
+
+PPD_RANKS = ((0.4, 0.2, 0.1, 0.05), (0.25, 0.15, 0.1, 0.05), (0.15, 0.1, 0.05, 0.05))
+
+
+def ppd_parts(model):
+    hidden = model.config.hidden_size
+    g = torch.Generator().manual_seed(0)
+    config = PPDConfig(hidden_size=hidden, prompt_tokens=3, epts=1, target="tiny", rank_probs=PPD_RANKS)
+    return PromptTokens(hidden, 3, 1, init=torch.randn(3, hidden, generator=g)), config
+
+
+def test_ppd_accept_length_row_measures_three_trees(tiny_pair_64):
+    target, _ = tiny_pair_64
+    tokens, config = ppd_parts(target)
+    prompts = [BenchPrompt("a", [1, 2, 3, 4])]
+    row = ppd.accept_length_row(target, tokens, config, prompts, 8, max_new=6, seed=0)
+    assert list(row) == ["tree_size", "tau_dynamic", "tau_theory_dynamic", "tau_static", "tau_theory_static",
+                         "tau_random", "tau_theory_random"]
+    assert all(1.0 <= row[k] <= 4.0 for k in row if k.startswith("tau"))
+    assert row == ppd.accept_length_row(target, tokens, config, prompts, 8, max_new=6, seed=0)  # same random tree
+
+
+def test_ppd_theoretical_speedups_keep_the_trees_the_profile_measured():
+    config = PPDConfig(hidden_size=8, rank_probs=PPD_RANKS)
+    fig8a = [{"tree_size": n, "tau_dynamic": 1.5} for n in (4, 8, 40)]
+    rows = ppd.theoretical_speedups(fig8a, config, LinearProfile())
+    assert [r["tree_size"] for r in rows] == [4]  # a size-8 tree feeds more than 8 positions in some state
+    assert rows[0]["speedup_measured_tau"] == pytest.approx(1.5 * 1.0 / rows[0]["mean_L_fp_ms"])
+    assert rows[0]["speedup_theory_tau"] > 0
+
+
+def test_topk_tables_and_loss_summary():
+    ppd_record = {"held_out_topk_accuracy": {f"distance_{d}": [0.1 * d + 0.01 * k for k in range(10)] for d in (1, 2, 3)},
+                  "train": {"losses": [3.0] + [1.0] * 60, "val_losses": [[10, 2.0], [60, 1.5]]}}
+    medusa_record = {"held_out_topk_accuracy": {f"head_{d}": [0.2 * d] * 10 for d in (1, 2, 3)}}
+    ablations = {"ept2": {"table": "Table 2", "config": {"epts": 2},
+                          "held_out_topk_accuracy": {"distance_1": [0.5] * 10, "distance_2": [0.3] * 10,
+                                                     "distance_3": [0.1] * 10}},
+                 "kd": {"table": "Table 3", "config": {"epts": 1}, "held_out_topk_accuracy": {}}}
+    acc_ppd, acc_medusa, acc_ept = ppd.topk_accuracies(ppd_record, medusa_record, ablations, 3)
+    assert acc_ppd.shape == acc_medusa.shape == (3, 10) and list(acc_ept) == [2]
+    rows = ppd.topk_table(acc_ppd, acc_medusa, acc_ept)
+    assert [(r["distance"], r["k"]) for r in rows[:4]] == [(1, 1), (1, 3), (1, 5), (1, 10)] and len(rows) == 12
+    assert rows[1]["ppd_zoo"] == pytest.approx(0.12) and rows[4]["ppd_2ept_ablation"] == 0.3
+    assert rows[0]["ppd_paper_vicuna7b"] == 0.485 and rows[1]["ppd_paper_vicuna7b"] is None
+    assert ppd.loss_summary("zoo", ppd_record) == {"run": "zoo", "steps": 61, "first_loss": 3.0, "last_50_mean": 1.0,
+                                                   "final_val_loss": 1.5}
+    assert ppd.smooth([1.0, 2.0, 3.0], 2).tolist() == [1.5, 2.5] and ppd.smooth([1.0], 2).tolist() == [1.0]
+
+
+def test_ablation_table_puts_the_baselines_first_then_the_paper():
+    acc = {"distance_1": [0.4, 0.5, 0.6, 0.7, 0.8], "distance_2": [0.1, 0.2, 0.3, 0.35, 0.4]}
+    recipe = dict(epts=1, kd=False, steps=10, mask="ensemble", aggregation="average", exits=1, prefix=False, head=False)
+    ablations = {name: {"table": table, "config": dict(recipe), "held_out_topk_accuracy": acc,
+                        "prompt_tokens": {"trainable_parameters": 96}}
+                 for name, table in (("ept1", "Table 2"), ("kd", "Table 3"))}
+    rows = ppd.ablation_table(ablations, "Table 3")
+    assert [r["row"] for r in rows[:2]] == ["ept1", "kd"] and rows[0]["batch"] == 1 and rows[0]["@1 top-5"] == 0.8
+    paper = rows[2:]
+    assert len(paper) == len(ppd.PAPER_ABLATIONS["Table 3"]) and paper[0]["row"] == "paper: 100 EPT, KD, 12 epochs"
+    assert [r["batch"] for r in paper][-2:] == [1, 1] and paper[0]["batch"] == 4 and paper[0]["epts"] is None
+    assert list(rows[0]) == list(paper[0])  # one set of columns
+    assert ppd.ablation_names(ablations, "Table 4") == ["ept1"]
+
+
+def ppd_bench():
+    labels = ("ar", "ppd", "ppd:t8", "medusa", "speculative:g2", "prompt-lookup")
+    summary = [{"method": v, "dtype": "fp32", "tokens_per_s": 10.0 + i, "speedup": 1.0 + i / 10,
+                "speedup_median": 1.0, "tokens_per_call": 1.5, "identical_to_ar": 1} for i, v in enumerate(labels)]
+    records = [{"method": "ppd", "input_lengths": [30, 4, 6]}, {"method": "medusa", "input_lengths": [30, 3]}]
+    provenance = {"tree_sizes": {"ppd": {"size": 4}, "ppd:t8": {"size": 8}, "medusa": {"size": 2}},
+                  "sessions": [{"profiles": {"fp32": {}}}]}
+    return BenchResult(out=None, records=records, summary=summary, provenance=provenance), labels
+
+
+def test_ppd_table1_methods_and_memory(monkeypatch):
+    monkeypatch.setattr(ppd, "bench_profile", lambda result, dtype: LinearProfile())
+    result, labels = ppd_bench()
+    config = PPDConfig(hidden_size=8, rank_probs=PPD_RANKS)
+    records = {"ppd": {"prompt_tokens": {"trainable_fraction": 0.001, "trainable_parameters": 96},
+                       "times_s": {"train_s": 60.0}},
+               "medusa": {"heads": {"trainable_fraction": 0.01, "trainable_parameters": 960},
+                          "times_s": {"train_s": 120.0, "hidden_s": 60.0}},
+               "draft": {"times_s": {"train_s": 600.0}}}
+    t1 = ppd.table1(result, config, records["ppd"], records["medusa"], "tiny")
+    assert [r["method"] for r in t1[:3]] == ["vanilla", "Medusa (3 heads)", "PPD (3 prompt tokens, 1 EPT)"]
+    assert t1[0]["L_fp_ms"] == 1.0 and t1[1]["L_fp_ms"] == 3.0 and t1[2]["L_fp_ms"] == 5.0  # mean step inputs 3, 5
+    assert t1[1]["S_input"] == "2" and t1[1]["positions_per_step"] == "3" and t1[2]["trainable_pct"] == 0.1
+    assert len(t1) == 3 + len(PAPER_TABLE1) + 1 and t1[-1]["method"] == "Medusa"
+    assert [r["method"] for r in ppd.methods_table(result, labels)] == ["ppd", "medusa", "speculative:g2",
+                                                                         "prompt-lookup"]
+    target = torch.nn.Linear(4, 4)  # 20 parameters
+    target.config = SimpleNamespace(num_hidden_layers=2, num_key_value_heads=1, hidden_size=8, num_attention_heads=2)
+    assert ppd.kv_bytes_per_position(target.config, 4) == 2 * 2 * 1 * 4 * 4
+    fig7 = ppd.memory_table(result, target, 40, records["ppd"], records["medusa"], records["draft"])
+    assert [r["step_kv_positions"] for r in fig7] == [4.0, 2.0, 2]
+    assert [r["train_cpu_min"] for r in fig7] == [1.0, 3.0, 10.0]
+    assert fig7[2]["extra_pct_of_target"] == 200.0 and fig7[0]["extra_weight_MB"] == 96 * 4 / 2**20
+    assert fig7[0]["step_kv_MB"] == 4.0 * 64 / 2**20
