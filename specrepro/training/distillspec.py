@@ -39,10 +39,9 @@ import numpy as np
 import torch
 from tqdm import tqdm
 
-from simulations.speculative import expected_tokens
-
 from ..autoregressive import autoregressive_generate
 from ..config import DecodeConfig, SamplingConfig
+from ..cost import tau
 from ..decoding import eos_ids
 from ..drafters import LMDrafter
 from ..prompts import encode_prompt, load_suite
@@ -278,7 +277,7 @@ def evaluate(target: torch.nn.Module, draft: torch.nn.Module, data: StudyData, c
     agreement = data_agreement(draft, held_samples, cfg.max_len)
     a = agreement["overlap"]
     # E[tokens per call] of a chain with i.i.d. acceptance a (γ + 1 at a = 1); a float32 Σ min may pass 1 by rounding
-    expected = float(expected_tokens(min(a, 1.0), cfg.gamma))
+    expected = tau(min(a, 1.0), cfg.gamma)
     return {**measured, "overlap": a, "top1": agreement["top1"], "expected_tau_from_overlap": expected,
             "eval_s": round(time.perf_counter() - t0, 1)}
 

@@ -40,6 +40,7 @@ from transformers import DynamicCache
 
 from ..drafters.ppd import (EPT_MASKS, PPDConfig, PromptTokens, ept_block_mask, load_prompt_tokens,
                             save_prompt_tokens)
+from ..kvcache import drop_last
 from ..models import LoadedModel, load_model
 from ..provenance import atomic_write_text, git_revision
 from .data import DataConfig, Example, chat_format, generate_data, load_data, task_openings
@@ -188,7 +189,7 @@ def student_logits(model: torch.nn.Module, student: Student, prefix: Prefix, anc
     out = model(inputs_embeds=embeds, attention_mask=mask, position_ids=positions, past_key_values=prefix.cache,
                 use_cache=True, output_hidden_states=cfg.exits > 1 or custom,
                 logits_to_keep=1 if cfg.exits > 1 or custom else 0)
-    prefix.cache.crop(-added)  # drop the prompt nodes' (and prefixes') entries: the next forward sees x alone again
+    drop_last(prefix.cache, added)  # the prompt nodes' (and prefixes') entries: the next forward sees x alone again
     for layer in prefix.cache.layers:  # (and no autograd history through the kept slices)
         layer.keys, layer.values = layer.keys.detach(), layer.values.detach()
     head = student.head if custom else model.get_output_embeddings()
