@@ -20,7 +20,8 @@ from specrepro.autoregressive import autoregressive_generate
 from specrepro.config import DecodeConfig, SamplingConfig
 from specrepro.drafters import NGramDrafter, NGramTable, PromptLookupDrafter, fit_ngram
 from specrepro.drafters.prompt_lookup import lookup
-from specrepro.generate import drafter_for, generate_ids
+from specrepro.generate import generate_ids
+from specrepro.methods import drafter_for
 from specrepro.models import LoadedModel, tiny_model
 from specrepro.speculative import speculative_generate
 from specrepro.warping import sample, warp
