@@ -1,0 +1,109 @@
+"""The table-building and Monte Carlo drivers of ``notebooks/theory_speculative.ipynb``: the slides' (seed 003) and
+the survey blog's (seed 004) closed forms beside Monte Carlo, from ``simulations`` (numpy only, as here).
+
+Each driver takes the notebook's one generator and draws from it in the order the notebook did, so a table made
+with the same seed is the same table. Notation: α = acceptance rate, γ = draft length, c = cost ratio,
+β = verification cost factor, τ = tokens per step.
+"""
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+import simulations as sim
+
+
+def expected_tokens_check(gammas: Sequence[int], alphas: Sequence[float], n_steps: int,
+                          rng: np.random.Generator) -> list[dict]:
+    """Slides Fig. 2: per (γ, α), τ(α, γ) in closed form beside the Monte Carlo mean of ``n_steps`` simulated steps,
+    its standard error and z-score."""
+    rows = []
+    for gamma in gammas:
+        estimates = [sim.estimate_mean(sim.simulate_tokens_per_step(a, gamma, n_steps, rng)) for a in alphas]
+        for a, e in zip(alphas, estimates):
+            tau = float(sim.expected_tokens(a, gamma))
+            rows.append({"gamma": gamma, "alpha": float(a), "tau_closed_form": tau, "tau_monte_carlo": e.mean,
+                         "standard_error": e.sem, "z_score": (e.mean - tau) / e.sem, "n_steps": e.n})
+    return rows
+
+
+def optimal_gamma_check(costs: Sequence[float], alphas: Sequence[float], n_trace: int,
+                        rng: np.random.Generator) -> list[dict]:
+    """Slides Fig. 3: per (c, α), the optimal γ in closed form and its speedup beside the argmax over γ ≤ 60 of
+    one replayed i.i.d. trace of ``n_trace`` outcomes per α (shared across c) and the speedup at that γ."""
+    traces = {a: rng.random(n_trace) < a for a in alphas}
+    rows = []
+    for c in costs:
+        for a in alphas:
+            g, g_mc = int(sim.optimal_gamma(a, c)), sim.empirical_optimal_gamma(traces[a], c, gamma_max=60)
+            rows.append({"c": c, "alpha": a, "optimal_gamma": g, "speedup_at_optimum": float(sim.expected_speedup(a, g, c)),
+                         "monte_carlo_optimal_gamma": g_mc,
+                         "speedup_at_monte_carlo_gamma": float(sim.expected_speedup(a, g_mc, c))})
+    return rows
+
+
+def walltime_check(costs: Sequence[float], gammas: Sequence[int], alphas: Sequence[float], n_steps: int,
+                   rng: np.random.Generator) -> list[dict]:
+    """Slides §3.3: per (c, γ, α), the walltime factor in closed form beside 1 / the Monte Carlo speedup."""
+    rows = []
+    for c in costs:
+        for gamma in gammas:
+            mc = [1 / sim.estimate_speedup(sim.simulate_tokens_per_step(a, gamma, n_steps, rng), gamma, c).mean
+                  for a in alphas]
+            rows += [{"c": c, "gamma": gamma, "alpha": float(a), "walltime_factor": float(sim.walltime_factor(a, gamma, c)),
+                      "monte_carlo": m} for a, m in zip(alphas, mc)]
+    return rows
+
+
+def operations_table(gammas: Sequence[int], alphas: Sequence[float] = (0.0, 0.5, 0.7, 0.9)) -> list[dict]:
+    """Slides §3.4: the operations factor at ĉ = 0 and 0.05, with the slides' example γ + 1 at α = 0, ĉ = 0."""
+    return [{"gamma": gamma, "alpha": a, "operations_c_hat_0": float(sim.operations_factor(a, gamma, 0.0)),
+             "operations_c_hat_0.05": float(sim.operations_factor(a, gamma, 0.05)),
+             "slides_example_alpha0_c_hat0": (gamma + 1) if a == 0.0 else ""} for gamma in gammas for a in alphas]
+
+
+def implied_cost_table() -> list[dict]:
+    """Slides Table 2 as printed, τ(α, γ), the cost ratio c that the β = 1 closed form needs to match each speed, and
+    the optimal γ at that c (n/a where c < 0)."""
+    rows = []
+    for printed in sim.SLIDES_TABLE2:
+        r = dict(zip(sim.SLIDES_TABLE2_COLUMNS, printed))
+        c = float(sim.implied_cost_ratio(r["alpha"], r["gamma"], r["speedup"]))
+        rows.append({**r, "tau_closed_form": float(sim.expected_tokens(r["alpha"], r["gamma"])), "implied_c": c,
+                     "optimal_gamma_at_implied_c": int(sim.optimal_gamma(r["alpha"], c)) if c >= 0 else "n/a"})
+    return rows
+
+
+def speedup_surface_table(panels: Sequence[tuple[float, float]],
+                          alphas: Sequence[float] = (0.5, 0.7, 0.8, 0.9)) -> list[dict]:
+    """Survey blog, E(speedup) with c and β: per (c, β) panel and α, the optimal γ, its speedup and γ = 4's."""
+    rows = []
+    for c, beta in panels:
+        for a in alphas:
+            g = int(sim.optimal_gamma(a, c, beta=beta))
+            rows.append({"c": c, "beta": beta, "alpha": a, "optimal_gamma": g,
+                         "speedup_at_optimum": float(sim.expected_speedup(a, g, c, beta)),
+                         "speedup_gamma_4": float(sim.expected_speedup(a, 4, c, beta))})
+    return rows
+
+
+def replayed_traces(gammas: Sequence[int], n_trace: int, rng: np.random.Generator) -> tuple[list[dict], dict[str, float]]:
+    """(rows, {trace: per-token mean α}): an i.i.d. trace at α = 0.65 and a bursty one (two regimes, 0.95 and 0.35,
+    switching with probability 0.02) replayed at each γ, τ with its standard error beside the closed form at the
+    trace's per-token mean, and α measured from the γ = 4 accept lengths (§3.1's check of the i.i.d. model)."""
+    traces = {"i.i.d.": rng.random(n_trace) < 0.65,
+              "bursty": sim.simulate_bursty_outcomes([0.95, 0.35], 0.02, n_trace, rng)}
+    rows = []
+    for name, trace in traces.items():
+        estimates = [sim.estimate_mean(sim.replay_outcomes(trace, g)) for g in gammas]
+        alpha_run = sim.alpha_from_accept_lengths(sim.replay_outcomes(trace, 4) - 1, 4)
+        rows += [{"trace": name, "gamma": int(g), "tau_replayed": e.mean, "standard_error": e.sem,
+                  "tau_closed_form_at_token_mean": float(sim.expected_tokens(trace.mean(), g)),
+                  "alpha_from_gamma4_accept_lengths": alpha_run} for g, e in zip(gammas, estimates)]
+    return rows, {name: float(trace.mean()) for name, trace in traces.items()}
+
+
+def column(rows: Sequence[dict], key: str, **match) -> list:
+    """``key`` of the rows whose fields equal ``match``, in order: one curve of a table for a chart."""
+    return [r[key] for r in rows if all(r[k] == v for k, v in match.items())]

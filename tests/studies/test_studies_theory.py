@@ -1,0 +1,51 @@
+"""specrepro.studies.theory: the theory_speculative notebook's closed-form tables beside Monte Carlo; each driver draws
+from the generator it is given, so the same seed gives the same table."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import simulations as sim
+from specrepro.studies import theory
+
+
+def test_expected_tokens_check_agrees_with_the_closed_form():
+    rows = theory.expected_tokens_check([1, 4], [0.3, 0.8], 20_000, np.random.default_rng(0))
+    assert [(r["gamma"], r["alpha"]) for r in rows] == [(1, 0.3), (1, 0.8), (4, 0.3), (4, 0.8)]
+    assert all(abs(r["z_score"]) < 5 and r["n_steps"] == 20_000 for r in rows)
+    assert rows[3]["tau_closed_form"] == pytest.approx((1 - 0.8**5) / 0.2)
+    again = theory.expected_tokens_check([1, 4], [0.3, 0.8], 20_000, np.random.default_rng(0))
+    assert again == rows
+
+
+def test_optimal_gamma_and_walltime_checks():
+    rows = theory.optimal_gamma_check([0.05, 0.2], [0.7, 0.9], 50_000, np.random.default_rng(1))
+    assert len(rows) == 4 and all(r["speedup_at_monte_carlo_gamma"] >= 0.97 * r["speedup_at_optimum"] for r in rows)
+    wall = theory.walltime_check([0.05], [1, 3], [0.4, 0.8], 20_000, np.random.default_rng(2))
+    assert [(r["gamma"], r["alpha"]) for r in wall] == [(1, 0.4), (1, 0.8), (3, 0.4), (3, 0.8)]
+    assert all(r["monte_carlo"] == pytest.approx(r["walltime_factor"], rel=0.05) for r in wall)
+
+
+def test_closed_form_tables():
+    ops = theory.operations_table([1, 3])
+    assert [r["operations_c_hat_0"] for r in ops if r["alpha"] == 0.0] == [2.0, 4.0]
+    assert all(r["slides_example_alpha0_c_hat0"] == "" for r in ops if r["alpha"] != 0.0)
+    implied = theory.implied_cost_table()
+    assert len(implied) == len(sim.SLIDES_TABLE2)
+    for r in implied:
+        if r["implied_c"] >= 0:
+            assert float(sim.expected_speedup(r["alpha"], r["gamma"], r["implied_c"])) == pytest.approx(r["speedup"])
+        else:
+            assert r["optimal_gamma_at_implied_c"] == "n/a"
+    surface = theory.speedup_surface_table([(0.01, 1.0), (0.1, 2.0)])
+    assert len(surface) == 8
+    assert all(r["speedup_at_optimum"] >= r["speedup_gamma_4"] - 1e-12 for r in surface)
+
+
+def test_replayed_traces_and_column():
+    rows, token_mean = theory.replayed_traces(np.arange(1, 4), 50_000, np.random.default_rng(3))
+    assert [r["trace"] for r in rows] == ["i.i.d."] * 3 + ["bursty"] * 3
+    assert token_mean["i.i.d."] == pytest.approx(0.65, abs=0.01)
+    iid = [r for r in rows if r["trace"] == "i.i.d."]
+    assert all(abs(r["tau_replayed"] - r["tau_closed_form_at_token_mean"]) < 5 * r["standard_error"] for r in iid)
+    assert theory.column(rows, "gamma", trace="bursty") == [1, 2, 3]
