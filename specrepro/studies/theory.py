@@ -107,3 +107,51 @@ def replayed_traces(gammas: Sequence[int], n_trace: int, rng: np.random.Generato
 def column(rows: Sequence[dict], key: str, **match) -> list:
     """``key`` of the rows whose fields equal ``match``, in order: one curve of a table for a chart."""
     return [r[key] for r in rows if all(r[k] == v for k, v in match.items())]
+
+
+# ------------------------------------------------------------------ theory_moe: the survey blog's Mixture of Experts
+
+
+def routers(experts: int, skews: Sequence[float]) -> dict[str, np.ndarray | None]:
+    """name -> expert popularity: the uniform router (None) and a Zipf router ∝ 1/rank^s per skew s."""
+    return {"uniform": None, **{f"Zipf s = {s}": sim.zipf_popularity(experts, s) for s in skews}}
+
+
+def expected_experts_check(experts: int, k: int, tokens: Sequence[int], routers: dict, n_trials: int,
+                           rng: np.random.Generator) -> list[dict]:
+    """Per router and T tokens routed together: distinct experts loaded in closed form beside a Monte Carlo router
+    of ``n_trials`` trials, with the blog's numbers (uniform router: 2 at T = 1, 6.101 at T = 5)."""
+    rows = []
+    for name, popularity in routers.items():
+        closed = (sim.expected_experts(experts, k, tokens) if popularity is None
+                  else sim.expected_experts_weighted(popularity, k, tokens))
+        estimates = [sim.estimate_mean(sim.simulate_experts(experts, k, t, n_trials, popularity=popularity, rng=rng))
+                     for t in tokens]
+        for t, x, e in zip(tokens, closed, estimates):
+            rows.append({"router": name, "T": int(t), "experts_closed_form": float(x),
+                         "experts_monte_carlo": e.mean, "standard_error": e.sem,
+                         "z_score": (e.mean - x) / e.sem if e.sem > 0 else 0.0,
+                         "blog": {1: "2", 5: "6.101"}.get(int(t), "") if popularity is None else ""})
+    return rows
+
+
+def moe_beta_table(experts: int, k: int, tokens: Sequence[int], routers: dict) -> list[dict]:
+    """Per router and T: β = experts(T) / experts(1) of verifying T tokens together, with the blog's 3.05 at T = 5."""
+    rows = []
+    for name, popularity in routers.items():
+        beta = (sim.moe_beta(experts, k, tokens) if popularity is None
+                else sim.expected_experts_weighted(popularity, k, tokens) / k)
+        rows += [{"router": name, "T": int(t), "beta": float(b), "blog": "3.05" if (popularity is None and t == 5) else ""}
+                 for t, b in zip(tokens, beta)]
+    return rows
+
+
+def moe_speedup_table(experts: int, k: int, gammas: np.ndarray, alphas: Sequence[float], c: float) -> list[dict]:
+    """Per α and γ: expected speedup with the MoE β(γ+1) of a uniform router against β = 1."""
+    beta = sim.moe_beta(experts, k, gammas + 1)
+    rows = []
+    for a in alphas:
+        with_moe, dense = sim.expected_speedup(a, gammas, c, beta), sim.expected_speedup(a, gammas, c)
+        rows += [{"alpha": a, "gamma": int(g), "moe_beta": float(b), "speedup_moe": float(s), "speedup_beta_1": float(d)}
+                 for g, b, s, d in zip(gammas, beta, with_moe, dense)]
+    return rows

@@ -49,3 +49,18 @@ def test_replayed_traces_and_column():
     iid = [r for r in rows if r["trace"] == "i.i.d."]
     assert all(abs(r["tau_replayed"] - r["tau_closed_form_at_token_mean"]) < 5 * r["standard_error"] for r in iid)
     assert theory.column(rows, "gamma", trace="bursty") == [1, 2, 3]
+
+
+def test_moe_tables():
+    routers = theory.routers(8, (1.0,))
+    assert list(routers) == ["uniform", "Zipf s = 1.0"] and routers["uniform"] is None
+    tokens = np.arange(1, 6)
+    rows = theory.expected_experts_check(8, 2, tokens, routers, 20_000, np.random.default_rng(0))
+    assert len(rows) == 10 and all(abs(r["z_score"]) < 5 for r in rows)
+    uniform = [r for r in rows if r["router"] == "uniform"]
+    assert uniform[4]["experts_closed_form"] == pytest.approx(8 * (1 - 0.75**5)) and uniform[4]["blog"] == "6.101"
+    beta = theory.moe_beta_table(8, 2, tokens, routers)
+    assert beta[0]["beta"] == pytest.approx(1.0) and [r["blog"] for r in beta if r["blog"]] == ["3.05"]
+    speed = theory.moe_speedup_table(8, 2, np.arange(1, 4), (0.8,), 0.01)
+    assert [r["gamma"] for r in speed] == [1, 2, 3]
+    assert all(r["speedup_moe"] <= r["speedup_beta_1"] for r in speed)  # a β above 1 only costs
