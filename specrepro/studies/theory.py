@@ -155,3 +155,57 @@ def moe_speedup_table(experts: int, k: int, gammas: np.ndarray, alphas: Sequence
         rows += [{"alpha": a, "gamma": int(g), "moe_beta": float(b), "speedup_moe": float(s), "speedup_beta_1": float(d)}
                  for g, b, s, d in zip(gammas, beta, with_moe, dense)]
     return rows
+
+
+# ------------------------------------------------------------------ theory_energy: the MJSD paper's energy tables
+
+
+def energy_table1(table, fit) -> list[dict]:
+    """MJSD Table 1 as printed (batch size, energy and time, per run and per input) beside the Eq. 2 fit ``fit``
+    (``simulations.fit_mjsd_table1``) and its memory share of the energy."""
+    rows = []
+    for i, batch in enumerate(table.batch_size):
+        rows.append({"batch_size": batch, "energy_J (paper)": table.energy_J[i],
+                     "energy_per_run_J (paper)": table.energy_per_run_J[i],
+                     "energy_per_run_J (fit)": float(fit.energy_per_run(batch)),
+                     "energy_per_input_J (paper)": table.energy_per_input_J[i],
+                     "energy_per_input_J (fit)": float(fit.energy_per_run(batch)) / batch,
+                     "time_s (paper)": table.time_s[i], "time_per_run_s (paper)": table.time_per_run_s[i],
+                     "time_per_run_s (fit)": float(fit.time_per_run(batch)),
+                     "time_per_input_s (paper)": table.time_per_input_s[i],
+                     "memory_energy_share (fit)": float(fit.memory_share(batch))})
+    return rows
+
+
+def fitted_powers(fit) -> dict:
+    """MJSD Eq. 2 fitted to Table 1: the times and powers of E = P_flop·T_flop + P_mem·T_mem, their ratios, the
+    memory share at b = 1 and 16, and the fit's quality."""
+    return {"T_mem_s_per_run": fit.t_mem, "t_flop_s_per_run_per_input": fit.t_flop_per_input,
+            "P_mem_W": fit.powers.p_mem, "P_flop_W": fit.powers.p_flop,
+            "P_flop_over_P_mem": fit.powers.p_flop / fit.powers.p_mem,
+            "T_flop_over_T_mem_at_b1": fit.t_flop_per_input / fit.t_mem,
+            "memory_share_b1": float(fit.memory_share(1)), "memory_share_b16": float(fit.memory_share(16)),
+            "r_squared_energy": fit.powers.r_squared, "max_abs_residual_J": max(abs(r) for r in fit.powers.residuals)}
+
+
+def energy_vs_speedup_table2() -> list[dict]:
+    """MJSD Table 2: per row and method (speculative, MJSD), the energy saving (greedy J/token over the method's)
+    beside the printed speedup, and their ratio."""
+    rows = []
+    for printed in sim.MJSD_TABLE2:
+        r = dict(zip(sim.MJSD_TABLE2_COLUMNS, printed))
+        for method in ("speculative", "mjsd"):
+            saving = r["energy_greedy_J"] / r[f"energy_{method}_J"]
+            rows.append({"dataset": r["dataset"], "model": r["model"], "method": method,
+                         "speedup (paper)": r[f"speedup_{method}"], "energy_saving (paper)": saving,
+                         "saving_over_speedup (paper)": saving / r[f"speedup_{method}"]})
+    return rows
+
+
+def predicted_saving_ratio(fit, costs: Sequence[float], gamma: int = 4) -> list[dict]:
+    """Energy saving / speedup that the Table 1 fit predicts at γ for each cost ratio c (energy cost c_E = c), with
+    the fit's time and energy β of verifying γ + 1 tokens."""
+    return [{"gamma": gamma, "c": c, "c_energy": c, "beta_time": float(fit.time_beta(gamma + 1)),
+             "beta_energy": float(fit.energy_beta(gamma + 1)),
+             "saving_over_speedup (Table 1 fit)": float(sim.energy_saving_over_speedup(gamma, c, c, fit))}
+            for c in costs]

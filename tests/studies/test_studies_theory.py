@@ -64,3 +64,19 @@ def test_moe_tables():
     speed = theory.moe_speedup_table(8, 2, np.arange(1, 4), (0.8,), 0.01)
     assert [r["gamma"] for r in speed] == [1, 2, 3]
     assert all(r["speedup_moe"] <= r["speedup_beta_1"] for r in speed)  # a β above 1 only costs
+
+
+def test_energy_tables():
+    table, fit = sim.MJSD_TABLE1, sim.fit_mjsd_table1(sim.MJSD_TABLE1)
+    rows = theory.energy_table1(table, fit)
+    assert [r["batch_size"] for r in rows] == list(table.batch_size)
+    for r in rows:
+        assert r["energy_per_input_J (fit)"] == pytest.approx(r["energy_per_run_J (fit)"] / r["batch_size"])
+        assert r["energy_per_run_J (fit)"] == pytest.approx(r["energy_per_run_J (paper)"], rel=0.15)
+    powers = theory.fitted_powers(fit)
+    assert powers["P_flop_over_P_mem"] == pytest.approx(powers["P_flop_W"] / powers["P_mem_W"])
+    assert 0 < powers["memory_share_b16"] < powers["memory_share_b1"] < 1  # larger batches spend more on FLOPs
+    table2 = theory.energy_vs_speedup_table2()
+    assert len(table2) == 2 * len(sim.MJSD_TABLE2) and [r["method"] for r in table2[:2]] == ["speculative", "mjsd"]
+    predicted = theory.predicted_saving_ratio(fit, [0.0, 0.1])
+    assert [r["c"] for r in predicted] == [0.0, 0.1] and predicted[0]["beta_time"] == float(fit.time_beta(5))
