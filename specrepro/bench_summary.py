@@ -16,9 +16,8 @@ import os
 import statistics
 from pathlib import Path
 
-from simulations.speculative import expected_speedup, expected_tokens
-
 from . import record
+from .cost import expected_speedup, step_seconds, tau
 from .methods import Cost, Loop, Method
 from .metrics.profile import Latency, Profile
 
@@ -43,8 +42,8 @@ def predicted_from_steps(alpha: float | None, proposed: list[int], plain_steps: 
         return None
     if proposed and alpha is None:
         return None
-    tokens = plain_steps + sum(float(expected_tokens(alpha, g)) for g in proposed)
-    seconds = plain_steps * profile.decode_s + sum(g * c * profile.decode_s + profile.l_fp(g + 1) for g in proposed)
+    tokens = plain_steps + sum(tau(alpha, g) for g in proposed)
+    seconds = plain_steps * profile.decode_s + sum(step_seconds(g, c, profile.l_fp) for g in proposed)
     return tokens * baseline_decode_s / seconds
 
 

@@ -35,8 +35,9 @@ from typing import Callable, Sequence
 import numpy as np
 import torch
 
-from simulations.speculative import BetaCurve, expected_tokens
+from simulations.speculative import BetaCurve
 
+from ..cost import seconds_per_token
 from ..decoding import Clock, model_device
 from ..kvcache import CachedModel
 from ..provenance import atomic_write_text, git_revision
@@ -221,7 +222,7 @@ class Profile:
         ``c`` defaults to the profile's draft; pass 0 for a model-free drafter.
         """
         c = (self.c or 0.0) if c is None else c
-        return (gamma * c * self.decode_s + self.l_fp(gamma + 1)) / float(expected_tokens(alpha, gamma))
+        return seconds_per_token(gamma, alpha, c, self.l_fp)
 
     def summary(self) -> dict:
         """The numbers a reader wants first: L_fp(1), c and β(2..9)."""
