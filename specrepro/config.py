@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 
-# the names of specrepro.distill.DIVERGENCES (DistillSpec's losses), for the online draft's updates
+# the names of specrepro.training.losses.DIVERGENCES (DistillSpec's losses), for the online draft's updates
 ONLINE_DIVERGENCES = ("fkl", "rkl", "jsd", "tvd")
 # what an online update trains on (training.online.OnlineConfig.examples)
 ONLINE_EXAMPLES = ("steps", "sequences")

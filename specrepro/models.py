@@ -60,7 +60,7 @@ ZOO: dict[str, ZooEntry] = {
                  "python -m specrepro.training.ppd --out runs/ppd-v1 --data runs/ppd/data --remeasure"),
     ),
     "smollm2-135m-draft": ZooEntry(
-        description="3-layer reduced-vocabulary draft distilled from smollm2-135m-instruct (python -m specrepro.distill)",
+        description="3-layer reduced-vocabulary draft distilled from smollm2-135m-instruct (python -m specrepro.training.draft)",
         package="specrepro",
         folder="zoo/smollm2-135m-draft",
         made_by=("python -m specrepro.distill --out runs/draft-v5 --seed 0 --shards 48 --task-shards 32 --steps 1200 "
