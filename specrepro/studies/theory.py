@@ -209,3 +209,146 @@ def predicted_saving_ratio(fit, costs: Sequence[float], gamma: int = 4) -> list[
              "beta_energy": float(fit.energy_beta(gamma + 1)),
              "saving_over_speedup (Table 1 fit)": float(sim.energy_saving_over_speedup(gamma, c, c, fit))}
             for c in costs]
+
+
+# ------------------------------------------------------------------ theory_ppd: the PPD paper's tree theory
+
+
+def illustrative_topk(anchors: dict[int, dict[int, float]]) -> tuple[np.ndarray, np.ndarray]:
+    """(top-k accuracy [3, 10], rank probabilities [3, 10]) for the tree theory: the paper's printed top-1/top-5 at
+    distances 1 and 2 interpolated over k, distance 3 extrapolated as anchor₂² / anchor₁ (illustrative, not data)."""
+    anchor3 = {k: anchors[2][k] ** 2 / anchors[1][k] for k in (1, 5)}
+    topk = np.stack([sim.ppd.topk_from_anchors(anchors[1][1], anchors[1][5]),
+                     sim.ppd.topk_from_anchors(anchors[2][1], anchors[2][5]),
+                     sim.ppd.topk_from_anchors(anchor3[1], anchor3[5])])  # [3, 10]
+    return topk, sim.ppd.rank_probabilities(topk)
+
+
+def topk_source_table(topk: np.ndarray, anchors: dict[int, dict[int, float]]) -> list[dict]:
+    """Per distance and k, the accuracy fed to the theory and where it comes from (printed, interpolated or
+    extrapolated)."""
+    rows = []
+    for d in range(topk.shape[0]):
+        for k in range(topk.shape[1]):
+            printed = anchors.get(d + 1, {}).get(k + 1)
+            source = ("paper (Table 3)" if printed is not None
+                      else ("extrapolated" if d == 2 and k + 1 in (1, 5) else "interpolated"))
+            rows.append({"distance": d + 1, "top_k": k + 1, "accuracy_used": topk[d, k],
+                         "paper_value": "" if printed is None else printed, "source": source})
+    return rows
+
+
+def accept_length_curves(rank_probs: np.ndarray, sizes: np.ndarray, m: int, random_draws: int,
+                         rng: np.random.Generator) -> dict[str, np.ndarray]:
+    """τ = 1 + R(T) [len(sizes)] of the dynamic, static and random (mean of ``random_draws`` trees) trees of each
+    size; NaN where a static or random tree cannot be built (n < m + 1)."""
+    ppd = sim.ppd
+    return {"dynamic": ppd.accept_length_curve(rank_probs, sizes, m, "dynamic"),
+            "static": np.array([ppd.accept_length(ppd.static_tree(rank_probs, n, m), rank_probs) if n >= m + 1
+                                else np.nan for n in sizes]),
+            "random": np.array([ppd.accept_length_curve(rank_probs, [n], m, "random", rng, random_draws)[0]
+                                if n >= m + 1 else np.nan for n in sizes])}
+
+
+def accept_length_monte_carlo(rank_probs: np.ndarray, sizes: Sequence[int], m: int, n_steps: int,
+                              rng: np.random.Generator) -> dict[int, tuple[float, float, float]]:
+    """n -> (theory τ, Monte Carlo τ, its standard error) of the optimal dynamic tree, ``n_steps`` simulated steps."""
+    out = {}
+    for n in sizes:
+        tree = sim.ppd.optimal_tree(rank_probs, n, m)
+        accepted, _ = sim.ppd.simulate_steps(tree, rank_probs, n_steps, rng)
+        out[n] = (sim.ppd.accept_length(tree, rank_probs), 1 + accepted.mean(), accepted.std() / np.sqrt(accepted.size))
+    return out
+
+
+def tree_shape_table(rank_probs: np.ndarray, m: int) -> list[dict]:
+    """PPD Table 1's S_tr, S_input and τ beside the optimal dynamic tree at each row's input length (the steady
+    state of its states and each state's two-step tokens F)."""
+    rows = []
+    for model, row in sim.ppd.PAPER_TABLE1.items():
+        n = max(row["s_input"])
+        tree = sim.ppd.optimal_tree(rank_probs, n, m)
+        pi = sim.ppd.steady_state(sim.ppd.transition_matrix(tree, rank_probs))
+        rows.append({"model": model, "n": n, "paper_S_tr": str(row["s_tr"]),
+                     "ours_S_tr": str(tuple(s.n_candidates for s in tree.states)),
+                     "paper_S_input": str(row["s_input"]), "ours_S_input": str(tuple(s.size for s in tree.states)),
+                     "paper_tau": row["tau"], "ours_tau": sim.ppd.accept_length(tree, rank_probs),
+                     "ours_steady_state": str(tuple(round(float(x), 3) for x in pi)),
+                     "ours_F_per_state": str(tuple(round(float(x), 3) for x in sim.ppd.two_step_tokens(tree, rank_probs)))})
+    return rows
+
+
+def latency_curves() -> dict:
+    """name -> L_fp(n): a line through each Table 1 row's vanilla and PPD latencies, and two illustrative rooflines."""
+    curves = {}
+    for model, row in sim.ppd.PAPER_TABLE1.items():
+        slope = (row["latency"] / row["vanilla_latency"] - 1.0) / (max(row["s_input"]) - 1)
+        curves[f"{model} (Table 1, linear)"] = sim.ppd.linear_latency(row["vanilla_latency"], slope)
+    curves["roofline, knee 32 (illustrative)"] = sim.ppd.roofline_latency(0.026, knee=32, slope=1 / 64)
+    curves["roofline, knee 128 (illustrative)"] = sim.ppd.roofline_latency(0.026, knee=128, slope=1 / 256)
+    return curves
+
+
+def best_tree_sizes(sizes: np.ndarray, tau: np.ndarray, curves: dict) -> tuple[list[dict], dict[str, np.ndarray]]:
+    """(rows, name -> speedup [len(sizes)]): per latency curve, the size maximising τ(n)·L(1)/L(n), its speedup and τ,
+    beside the size the paper uses (max S_input) where the curve is a Table 1 row's."""
+    rows, speeds = [], {}
+    for name, latency in curves.items():
+        best_n, speed = sim.ppd.best_tree_size(sizes, tau, latency)
+        paper = next((r for m_, r in sim.ppd.PAPER_TABLE1.items() if name.startswith(m_)), None)
+        speeds[name] = speed
+        rows.append({"latency_curve": name, "best_n": best_n, "speedup_at_best": float(speed.max()),
+                     "tau_at_best": float(tau[list(sizes).index(best_n)]),
+                     "paper_chosen_n": "" if paper is None else max(paper["s_input"])})
+    return rows, speeds
+
+
+# ------------------------------------------------------------------ theory_mentored: the mentored blog's one token
+
+
+def truncate_top(p: np.ndarray, k: int) -> np.ndarray:
+    """``p`` [B, V] kept on each row's top-k tokens and renormalised."""
+    drop = np.argsort(-p, axis=1)[:, k:]
+    out = p.copy()
+    np.put_along_axis(out, drop, 0.0, axis=1)
+    return out / out.sum(axis=1, keepdims=True)
+
+
+def mentored_acceptance_table(bounds: np.ndarray, accept: np.ndarray, accept_top: np.ndarray,
+                              accept_top_blog: np.ndarray) -> list[dict]:
+    """Per bound D: mean and 10%/90% quantiles of the acceptance [nD, B] over contexts, and the top-k target's mean
+    acceptance, the exact optimum and the blog's α-family."""
+    return [{"D": d, "mean_accept": accept[j].mean(), "q10_accept": np.quantile(accept[j], 0.1),
+             "q90_accept": np.quantile(accept[j], 0.9), "top50_mean_accept_optimum": accept_top[j].mean(),
+             "top50_mean_accept_blog_family": accept_top_blog[j].mean()} for j, d in enumerate(bounds)]
+
+
+def three_token_example(bounds: Sequence[float]) -> list[dict]:
+    """p = (1/2, 1/2, 0), q = (0.4, 0.4, 0.2): the closed-form optimum min(1, 1.8 − e^{−D}) beside the solver, the
+    blog's α-family, the acceptance of the p = 0 token and the solver's regime; raises if solver and closed form
+    part by more than 1e-9."""
+    p3, q3 = np.array([0.5, 0.5, 0.0]), np.array([0.4, 0.4, 0.2])
+    rows = []
+    for d in bounds:
+        opt, blog = sim.mentored.solve(p3, q3, d), sim.mentored.solve(p3, q3, d, blog_family=True)
+        rows.append({"D": d, "closed_form_1.8-exp(-D)": min(1.0, 1.8 - np.exp(-d)), "solver": float(opt.accept_prob),
+                     "blog_family": float(blog.accept_prob), "theta_accept_p0_token": float(opt.zero_target_accept),
+                     "regime": ["CLIPPED", "TARGET_ZERO", "ACCEPT_ALL"][int(opt.regime)]})
+        if abs(rows[-1]["solver"] - rows[-1]["closed_form_1.8-exp(-D)"]) >= 1e-9:
+            raise AssertionError(f"solver and closed form part at D = {d}: {rows[-1]}")
+    return rows
+
+
+def mentored_speed(bounds: np.ndarray, accept_mean: np.ndarray, gammas: Sequence[int],
+                   c: float) -> tuple[np.ndarray, np.ndarray, list[dict]]:
+    """(tokens [G, nD], walltime improvement [G, nD], rows): expected tokens per target call and walltime
+    improvement at cost ratio c against the bound, per γ, with i.i.d. per-token acceptance ``accept_mean`` [nD]."""
+    tokens = np.stack([sim.mentored.expected_tokens_per_step(accept_mean, g) for g in gammas])  # [G, nD]
+    speed = np.stack([sim.mentored.walltime_improvement(accept_mean, g, c) for g in gammas])  # [G, nD]
+    rows = []
+    for j, d in enumerate(bounds):
+        row = {"D": d, "accept_mean": accept_mean[j]}
+        for i, g in enumerate(gammas):
+            row[f"tokens_gamma{g}"], row[f"speedup_gamma{g}"] = tokens[i, j], speed[i, j]
+        rows.append(row)
+    return tokens, speed, rows

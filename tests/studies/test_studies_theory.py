@@ -80,3 +80,44 @@ def test_energy_tables():
     assert len(table2) == 2 * len(sim.MJSD_TABLE2) and [r["method"] for r in table2[:2]] == ["speculative", "mjsd"]
     predicted = theory.predicted_saving_ratio(fit, [0.0, 0.1])
     assert [r["c"] for r in predicted] == [0.0, 0.1] and predicted[0]["beta_time"] == float(fit.time_beta(5))
+
+
+def test_ppd_tree_theory_tables():
+    anchors = sim.ppd.PAPER_TOPK_ANCHORS
+    topk, rank_probs = theory.illustrative_topk(anchors)
+    assert topk.shape == rank_probs.shape == (3, 10) and topk[0, 0] == pytest.approx(anchors[1][1])
+    sources = theory.topk_source_table(topk, anchors)
+    assert len(sources) == 30 and sources[0]["source"] == "paper (Table 3)" and sources[1]["source"] == "interpolated"
+    assert sources[20]["source"] == "extrapolated" and sources[20]["paper_value"] == ""
+    sizes = np.array([3, 8, 16])
+    curves = theory.accept_length_curves(rank_probs, sizes, 3, 2, np.random.default_rng(0))
+    assert np.isnan(curves["static"][0]) and np.isnan(curves["random"][0]) and not np.isnan(curves["dynamic"][0])
+    assert (curves["dynamic"][1:] >= curves["static"][1:] - 1e-12).all()  # the optimal tree is never worse
+    mc = theory.accept_length_monte_carlo(rank_probs, [16], 3, 20_000, np.random.default_rng(1))
+    tau, mean, sem = mc[16]
+    assert tau == pytest.approx(curves["dynamic"][2]) and abs(mean - tau) < 5 * sem
+    shapes = theory.tree_shape_table(rank_probs, 3)
+    assert [r["model"] for r in shapes] == list(sim.ppd.PAPER_TABLE1)
+    rows, speeds = theory.best_tree_sizes(np.arange(4, 41, 4), curves_for(rank_probs), theory.latency_curves())
+    assert len(rows) == len(sim.ppd.PAPER_TABLE1) + 2 and rows[0]["paper_chosen_n"] == 285
+    assert all(r["speedup_at_best"] == pytest.approx(speeds[r["latency_curve"]].max()) for r in rows)
+
+
+def curves_for(rank_probs):
+    return sim.ppd.accept_length_curve(rank_probs, np.arange(4, 41, 4), 3, "dynamic")
+
+
+def test_mentored_tables():
+    p = np.array([[0.6, 0.3, 0.1], [0.2, 0.2, 0.6]])
+    top = theory.truncate_top(p, 2)
+    assert np.allclose(top, [[2 / 3, 1 / 3, 0.0], [0.25, 0.0, 0.75]]) or np.allclose(top, [[2 / 3, 1 / 3, 0.0],
+                                                                                             [0.0, 0.25, 0.75]])
+    accept = np.array([[0.1, 0.3], [0.5, 0.7]])  # [nD, B]
+    rows = theory.mentored_acceptance_table(np.array([0.0, 0.1]), accept, accept, accept)
+    assert [r["mean_accept"] for r in rows] == pytest.approx([0.2, 0.6])
+    toy = theory.three_token_example((0.0, 0.1, float(np.log(1.25))))
+    assert toy[0]["solver"] == pytest.approx(0.8) and toy[-1]["solver"] == pytest.approx(1.0)
+    tokens, speed, speed_rows = theory.mentored_speed(np.array([0.0, 0.1]), np.array([0.5, 0.9]), (1, 3), 0.1)
+    assert tokens.shape == speed.shape == (2, 2) and tokens[0, 0] == pytest.approx(1.5)
+    assert list(speed_rows[0]) == ["D", "accept_mean", "tokens_gamma1", "speedup_gamma1", "tokens_gamma3",
+                                   "speedup_gamma3"]
