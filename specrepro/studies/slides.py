@@ -87,7 +87,8 @@ def speed_row(row: dict, draft: str) -> dict:
 
 def table2(rows: Sequence[dict], draft: str) -> list[dict]:
     """Slides Table 2 on our pair: the speculative rows of a speed sweep's summary ``rows``, sorted by (T, γ)."""
-    return sorted((speed_row(r, draft) for r in rows if r["method"] == "speculative"), key=lambda r: (r["T"], r["gamma"]))
+    return sorted((speed_row(r, draft) for r in rows if r["method"] == "speculative"),
+                  key=lambda r: (r["T"], r["gamma"]))
 
 
 def zero_cost_rows(rows: Sequence[dict]) -> list[dict]:

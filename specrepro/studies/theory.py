@@ -37,7 +37,8 @@ def optimal_gamma_check(costs: Sequence[float], alphas: Sequence[float], n_trace
     for c in costs:
         for a in alphas:
             g, g_mc = int(sim.optimal_gamma(a, c)), sim.empirical_optimal_gamma(traces[a], c, gamma_max=60)
-            rows.append({"c": c, "alpha": a, "optimal_gamma": g, "speedup_at_optimum": float(sim.expected_speedup(a, g, c)),
+            rows.append({"c": c, "alpha": a, "optimal_gamma": g,
+                         "speedup_at_optimum": float(sim.expected_speedup(a, g, c)),
                          "monte_carlo_optimal_gamma": g_mc,
                          "speedup_at_monte_carlo_gamma": float(sim.expected_speedup(a, g_mc, c))})
     return rows
@@ -51,8 +52,9 @@ def walltime_check(costs: Sequence[float], gammas: Sequence[int], alphas: Sequen
         for gamma in gammas:
             mc = [1 / sim.estimate_speedup(sim.simulate_tokens_per_step(a, gamma, n_steps, rng), gamma, c).mean
                   for a in alphas]
-            rows += [{"c": c, "gamma": gamma, "alpha": float(a), "walltime_factor": float(sim.walltime_factor(a, gamma, c)),
-                      "monte_carlo": m} for a, m in zip(alphas, mc)]
+            rows += [{"c": c, "gamma": gamma, "alpha": float(a),
+                      "walltime_factor": float(sim.walltime_factor(a, gamma, c)), "monte_carlo": m}
+                     for a, m in zip(alphas, mc)]
     return rows
 
 
@@ -88,7 +90,8 @@ def speedup_surface_table(panels: Sequence[tuple[float, float]],
     return rows
 
 
-def replayed_traces(gammas: Sequence[int], n_trace: int, rng: np.random.Generator) -> tuple[list[dict], dict[str, float]]:
+def replayed_traces(gammas: Sequence[int], n_trace: int,
+                    rng: np.random.Generator) -> tuple[list[dict], dict[str, float]]:
     """(rows, {trace: per-token mean α}): an i.i.d. trace at α = 0.65 and a bursty one (two regimes, 0.95 and 0.35,
     switching with probability 0.02) replayed at each γ, τ with its standard error beside the closed form at the
     trace's per-token mean, and α measured from the γ = 4 accept lengths (§3.1's check of the i.i.d. model)."""
@@ -141,8 +144,8 @@ def moe_beta_table(experts: int, k: int, tokens: Sequence[int], routers: dict) -
     for name, popularity in routers.items():
         beta = (sim.moe_beta(experts, k, tokens) if popularity is None
                 else sim.expected_experts_weighted(popularity, k, tokens) / k)
-        rows += [{"router": name, "T": int(t), "beta": float(b), "blog": "3.05" if (popularity is None and t == 5) else ""}
-                 for t, b in zip(tokens, beta)]
+        rows += [{"router": name, "T": int(t), "beta": float(b),
+                  "blog": "3.05" if (popularity is None and t == 5) else ""} for t, b in zip(tokens, beta)]
     return rows
 
 
@@ -152,8 +155,8 @@ def moe_speedup_table(experts: int, k: int, gammas: np.ndarray, alphas: Sequence
     rows = []
     for a in alphas:
         with_moe, dense = sim.expected_speedup(a, gammas, c, beta), sim.expected_speedup(a, gammas, c)
-        rows += [{"alpha": a, "gamma": int(g), "moe_beta": float(b), "speedup_moe": float(s), "speedup_beta_1": float(d)}
-                 for g, b, s, d in zip(gammas, beta, with_moe, dense)]
+        rows += [{"alpha": a, "gamma": int(g), "moe_beta": float(b), "speedup_moe": float(s),
+                  "speedup_beta_1": float(d)} for g, b, s, d in zip(gammas, beta, with_moe, dense)]
     return rows
 
 
@@ -274,7 +277,8 @@ def tree_shape_table(rank_probs: np.ndarray, m: int) -> list[dict]:
                      "paper_S_input": str(row["s_input"]), "ours_S_input": str(tuple(s.size for s in tree.states)),
                      "paper_tau": row["tau"], "ours_tau": sim.ppd.accept_length(tree, rank_probs),
                      "ours_steady_state": str(tuple(round(float(x), 3) for x in pi)),
-                     "ours_F_per_state": str(tuple(round(float(x), 3) for x in sim.ppd.two_step_tokens(tree, rank_probs)))})
+                     "ours_F_per_state": str(tuple(round(float(x), 3)
+                                                  for x in sim.ppd.two_step_tokens(tree, rank_probs)))})
     return rows
 
 
