@@ -17,6 +17,7 @@ from specrepro.drafters.ppd import (PPDConfig, PPDDrafter, PromptTokens, choose_
                                     ept_block_mask, hardware_tree_size, input_lengths, layout, load_prompt_tokens,
                                     save_prompt_tokens, tree_speed)
 from specrepro.kvcache import CachedModel
+from specrepro.methods import REGISTRY
 from specrepro.models import tiny_model
 from specrepro.speculative import speculative_generate
 from specrepro.training.ppd import (PPDTrainConfig, Student, loss_for, run_prefix, student_logits, topk_accuracy)
@@ -192,8 +193,8 @@ def test_dynamic_tree_and_hardware_size():
 def test_dtype_auto_weighs_a_tree_method_by_its_tree_forward(tmp_path, monkeypatch):
     """--dtype auto for PPD compares dtypes by L_fp(tree input)/τ at each dtype's hardware-aware size, not as a
     c = 0 chain: a dtype whose forward is flat in n wins although its one-token step is slower."""
-    from specrepro import methods
     from specrepro.metrics.profile import choose_dtype
+    from specrepro.plan import tree_cost
 
     folder = save_prompt_tokens(PromptTokens(H, 3, 1, init=torch.randn(3, H)),
                                 PPDConfig(hidden_size=H, rank_probs=RANKS), tmp_path / "p")
@@ -201,13 +202,13 @@ def test_dtype_auto_weighs_a_tree_method_by_its_tree_forward(tmp_path, monkeypat
     def profile(dtype, l_fp):
         return type("P", (), {"n_max": 24, "l_fp": staticmethod(l_fp), "key": type("K", (), {"dtype": dtype})()})()
     flat, steep = profile("bf16", lambda n: 1.0), profile("fp32", lambda n: 0.8 + 0.2 * (n - 1))
-    cost = methods.tree_cost("ppd", folder, "tiny", gamma=3)
+    cost = tree_cost(REGISTRY["ppd"], folder, "tiny", gamma=3)
     for prof in (flat, steep):
         size = choose_tree_size(PPDConfig(hidden_size=H, rank_probs=RANKS), prof)
         assert cost(prof)[0] == pytest.approx(size.latency_s / size.tau)
     choice = choose_dtype({"bf16": flat, "fp32": steep}, "self-drafting", 3, tree_cost=cost)
     assert choice.dtype == "bf16" and "tree" in choice.reason
-    assert methods.tree_cost("speculative", None, "tiny", 3) is None
+    assert tree_cost(REGISTRY["speculative"], None, "tiny", 3) is None
 
 
 def test_prompt_tokens_round_trip(tmp_path):
@@ -306,8 +307,8 @@ def test_ppd_in_the_bench_predicts_from_input_lengths(tmp_path):
 def test_acceptance_is_a_named_rule_and_exact_by_default():
     assert DecodeConfig().acceptance == "exact" and TREE_RULES["exact"].lossless
     assert not TREE_RULES["typical"].lossless
-    with pytest.raises(ValueError, match="acceptance must be one of"):
-        DecodeConfig(acceptance="lenient")
+    with pytest.raises(ValueError, match="acceptance must be one of"):  # the rule table checks the name
+        REGISTRY["speculative"].resolve(DecodeConfig(acceptance="lenient"))
 
 
 def test_prefix_tuning_reaches_only_its_own_prompt_token():
@@ -367,7 +368,7 @@ def test_multi_exit_and_custom_head():
 def test_bench_variants_take_a_tree_size_and_a_rule():
     from specrepro.bench import Variant
     v = Variant.parse("ppd:t20:typical:bf16", None, 3)
-    assert (v.method, v.tree_size, v.acceptance, v.dtype) == ("ppd", 20, "typical", "bf16")
+    assert (v.method.name, v.tree_size, v.acceptance, v.dtype) == ("ppd", 20, "typical", "bf16")
     assert Variant.parse("medusa", None, 3).acceptance is None
     with pytest.raises(ValueError, match="tree size"):
         Variant.parse("speculative:t8", None, 3)
