@@ -16,16 +16,18 @@ The caller commits ``Verdict.tokens`` (the loop stops at EOS or the budget; the 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 
 import torch
 
 from .acceptance import TreeRule
 from .config import SamplingConfig
 from .decoding import Clock
-from .drafters.base import Proposal, Scorer
 from .kvcache import CachedModel
 from .warping import one_hot, warp
+
+if TYPE_CHECKING:  # (types only: the drafters import this module, it imports none of them)
+    from .drafters.base import Proposal, Scorer
 
 
 @dataclass(frozen=True)
