@@ -16,7 +16,7 @@ from specrepro.bench import BenchConfig, BenchPrompt, run_bench
 from specrepro.drafters import fit_ngram
 from specrepro.drafters.medusa import MedusaConfig, MedusaHeads, save_heads
 from specrepro.drafters.ppd import PPDConfig, PromptTokens, save_prompt_tokens
-from specrepro.methods import METHODS, REGISTRY
+from specrepro.methods import METHODS, REGISTRY, Loop
 from specrepro.models import SELF_DRAFTS, LoadedModel, tiny_model
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -26,7 +26,7 @@ DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
 RANKS = ((0.5, 0.2, 0.1, 0.05), (0.3, 0.15, 0.1, 0.05), (0.2, 0.1, 0.05, 0.05))  # rank probabilities of the trees
 PROMPT = BenchPrompt("a", [5, 7, 9, 11, 5, 7])
 CASES = [pytest.param(m, d, t, id=f"{m}-{d}-T{t:g}") for m in METHODS for d in DTYPES for t in (0.0, 1.0)
-         if not (REGISTRY[m].loop == "mjgd" and t > 0)]
+         if not (REGISTRY[m].loop is Loop.MJGD and t > 0)]
 
 
 @pytest.fixture(scope="module")
@@ -42,7 +42,7 @@ def bench(tmp_path_factory):
 
     @functools.cache
     def run(dtype: str, temperature: float):
-        methods = tuple(m for m in METHODS if not (REGISTRY[m].loop == "mjgd" and temperature > 0))
+        methods = tuple(m for m in METHODS if not (REGISTRY[m].loop is Loop.MJGD and temperature > 0))
         target = LoadedModel("tiny", tiny_model(vocab_size=V, n_layers=2, hidden=H, seed=0, dtype=DTYPES[dtype]), None)
         draft = LoadedModel("tiny-draft", tiny_model(vocab_size=V, n_layers=1, hidden=H, seed=1, dtype=DTYPES[dtype]),
                             None)
