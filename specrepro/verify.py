@@ -16,7 +16,7 @@ The caller commits ``Verdict.tokens`` (the loop stops at EOS or the budget; the 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Callable
+from typing import Callable
 
 import torch
 
@@ -24,10 +24,8 @@ from .acceptance import TreeRule
 from .config import SamplingConfig
 from .decoding import Clock
 from .kvcache import CachedModel
+from .proposal import Proposal, Scorer
 from .warping import one_hot, warp
-
-if TYPE_CHECKING:  # (types only: the drafters import this module, it imports none of them)
-    from .drafters.base import Proposal, Scorer
 
 
 @dataclass(frozen=True)
