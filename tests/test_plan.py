@@ -11,7 +11,7 @@ from specrepro.drafters import LMDrafter
 from specrepro.methods import REGISTRY, TreeSizing
 from specrepro.models import LoadedModel, tiny_model
 from specrepro.plan import RunRequest, lazy_profiles, plan_run
-from test_profile import fake
+from tests.metrics.test_profile import fake
 
 # fp32: the faster one-token step; bf16: the cheaper verification of several tokens (the Xeon-with-AMX shape)
 PROFILES = {"fp32": fake("fp32", 30.0, {2: 1.2, 3: 1.3, 5: 2.5, 9: 3.0, 17: 4.0}, draft_ms=4.5),

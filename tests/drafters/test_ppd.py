@@ -21,7 +21,7 @@ from specrepro.methods import REGISTRY
 from specrepro.models import tiny_model
 from specrepro.speculative import speculative_generate
 from specrepro.training.ppd import (PPDTrainConfig, Student, loss_for, run_prefix, student_logits, topk_accuracy)
-from test_drafters import FALSE_ALARM, PROMPT, V, chi2_pvalue, exact_first_two
+from tests.drafters.test_ngram import FALSE_ALARM, PROMPT, V, chi2_pvalue, exact_first_two
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 RANKS = ((0.5, 0.2, 0.1, 0.05), (0.3, 0.15, 0.1, 0.05), (0.2, 0.1, 0.05, 0.05))

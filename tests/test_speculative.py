@@ -4,7 +4,7 @@ import pytest
 import torch
 from scipy import stats
 
-from conftest import loaded
+from tests.conftest import loaded
 from specrepro import DecodeConfig, SamplingConfig, check_pair, generate_ids
 from specrepro.autoregressive import autoregressive_generate
 from specrepro.drafters import LMDrafter

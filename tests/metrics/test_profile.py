@@ -9,7 +9,7 @@ import pytest
 import torch
 
 import simulations as sim
-from conftest import loaded
+from tests.conftest import loaded
 from specrepro import DecodeConfig, generate_ids
 from specrepro.adaptive import AdaptiveGamma, FixedGamma
 from specrepro.drafters import LMDrafter, PromptLookupDrafter

@@ -26,9 +26,9 @@ from specrepro.models import tiny_model
 from specrepro.speculative import speculative_generate
 from specrepro.tree import chain_parents
 from specrepro.warping import sample, warp
-from test_drafters import FALSE_ALARM, PROMPT, V, chi2_pvalue, exact_first_two
-from test_mentored import _optimise_pi
-from test_tree_acceptance import random_chain
+from tests.drafters.test_ngram import FALSE_ALARM, PROMPT, V, chi2_pvalue, exact_first_two
+from tests.simulations.test_mentored import _optimise_pi
+from tests.acceptance.test_tree import random_chain
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 

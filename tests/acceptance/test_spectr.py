@@ -29,8 +29,8 @@ from specrepro.models import tiny_model
 from specrepro.speculative import speculative_generate
 from specrepro.tree import chain_parents, root_path
 from specrepro.warping import sample
-from test_drafters import FALSE_ALARM, PROMPT, chi2_pvalue, exact_first_two
-from test_drafters import V as LOOP_V
+from tests.drafters.test_ngram import FALSE_ALARM, PROMPT, chi2_pvalue, exact_first_two
+from tests.drafters.test_ngram import V as LOOP_V
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 TRIALS = 3000

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import torch
 
-from conftest import loaded
+from tests.conftest import loaded
 from specrepro.bench import BenchPrompt, BenchResult
 from specrepro.config import DecodeConfig, SamplingConfig
 from specrepro.generate import generate_ids

@@ -18,7 +18,7 @@ from specrepro.drafters.lm_tree import MultiDraftDrafter, TopKTreeDrafter
 from specrepro.models import tiny_model
 from specrepro.speculative import speculative_generate
 from specrepro.warping import sample
-from test_drafters import FALSE_ALARM, PROMPT, V, chi2_pvalue, exact_first_two
+from tests.drafters.test_ngram import FALSE_ALARM, PROMPT, V, chi2_pvalue, exact_first_two
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 RUNS = 500  # per χ² test, as in test_drafters

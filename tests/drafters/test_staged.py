@@ -25,7 +25,7 @@ from specrepro.drafters.staged import FROM_DRAFT, FROM_INNER, FROM_LOOKUP, FROM_
 from specrepro.models import tiny_model
 from specrepro.speculative import speculative_generate
 from specrepro.warping import one_hot, sample, warp
-from test_drafters import FALSE_ALARM, PROMPT, V, chi2_pvalue, exact_first_two, first_two_counts
+from tests.drafters.test_ngram import FALSE_ALARM, PROMPT, V, chi2_pvalue, exact_first_two, first_two_counts
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 CHAIN_RUNS = 600  # proposals per χ² test of the chain

@@ -22,9 +22,9 @@ from specrepro.methods import (HF_METHODS, METHODS, REGISTRY, Cost, Loop, Method
                                parameter_fields)
 from specrepro.methods.greedy_draft import TopKDrafter
 from specrepro.models import LoadedModel, tiny_model
-from test_drafters import FALSE_ALARM, PROMPT, RUNS, V, chi2_pvalue, exact_first_two, first_two_counts
+from tests.drafters.test_ngram import FALSE_ALARM, PROMPT, RUNS, V, chi2_pvalue, exact_first_two, first_two_counts
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.usefixtures("one_thread")
 
 

@@ -27,7 +27,7 @@ from specrepro.training.losses import DIVERGENCES
 from specrepro.training.online import (OnlineBuffer, OnlineConfig, OnlineLearner, example_of, online_drafter,
                                        serve_stream)
 from specrepro.warping import warp
-from test_drafters import FALSE_ALARM, PROMPT, V, chi2_pvalue, exact_first_two
+from tests.drafters.test_ngram import FALSE_ALARM, PROMPT, V, chi2_pvalue, exact_first_two
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 PROMPTS = [[1, 2, 3], [4, 5, 6, 7], [0, 7, 2]]  # ids < V = 8

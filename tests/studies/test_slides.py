@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from conftest import loaded
+from tests.conftest import loaded
 from simulations import SLIDES_TABLE2, expected_speedup
 from specrepro.bench import BenchPrompt
 from specrepro.studies import slides

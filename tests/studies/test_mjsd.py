@@ -6,7 +6,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from conftest import loaded
+from tests.conftest import loaded
 from specrepro.bench import BenchConfig, BenchPrompt, BenchResult, run_bench
 from specrepro.studies import mjsd
 

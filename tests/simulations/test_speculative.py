@@ -19,7 +19,7 @@ import simulations as sim
 from simulations import montecarlo
 
 N_SIGMA = 5.0
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 # --------------------------------------------------------------------------- closed forms

@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 import torch
 
-from conftest import loaded
+from tests.conftest import loaded
 from specrepro.autoregressive import autoregressive_generate
 from specrepro.config import DecodeConfig, SamplingConfig
 from specrepro.training.data import Example
@@ -15,7 +15,7 @@ from specrepro.drafters.medusa import (MedusaConfig, MedusaDrafter, MedusaHeads,
 from specrepro.models import tiny_model
 from specrepro.speculative import speculative_generate
 from specrepro.training.medusa import batch_loss, one_head_logits, positions, topk_accuracy
-from test_drafters import FALSE_ALARM, PROMPT, V, chi2_pvalue, exact_first_two
+from tests.drafters.test_ngram import FALSE_ALARM, PROMPT, V, chi2_pvalue, exact_first_two
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 RANKS = ((0.5, 0.2, 0.1, 0.05), (0.3, 0.15, 0.1, 0.05), (0.2, 0.1, 0.05, 0.05))
