@@ -1,7 +1,7 @@
 import pytest
 import torch
 
-from specrepro.models import LoadedModel, tiny_model
+from specrepro.models import tiny_model
 
 
 @pytest.fixture(scope="session")
@@ -17,10 +17,6 @@ def tiny_pair_64():
     target = tiny_model(vocab_size=64, n_layers=2, hidden=32, seed=2)
     draft = tiny_model(vocab_size=64, n_layers=1, hidden=32, seed=3)
     return target, draft
-
-
-def loaded(model, name="tiny"):
-    return LoadedModel(name=name, model=model, tokenizer=None)
 
 
 @pytest.fixture(scope="module")

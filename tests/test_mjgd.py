@@ -19,6 +19,7 @@ from specrepro.kvcache import BeamCache, CachedModel
 from specrepro.mjgd import mjgd_generate
 from specrepro.models import tiny_model
 from specrepro.warping import warp
+from tests.stats import FALSE_ALARM
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 V = 5
@@ -111,7 +112,7 @@ def test_sampling_without_replacement_follows_the_successive_conditionals():
     off = ~np.eye(4, dtype=bool)
     for law, fits in ((right, True), (wrong, False)):
         expected = law[off] * n / law[off].sum()
-        assert (stats.chisquare(counts[off], expected).pvalue > 1e-3) == fits
+        assert (stats.chisquare(counts[off], expected).pvalue > FALSE_ALARM) == fits
     # a row with two possible tokens: the third draw is flagged as not drawn
     tokens, drawn = sample_without_replacement(torch.tensor([[0.0, 0.7, 0.0, 0.3, 0.0]]), torch.tensor([[0.1, 0.1,
                                                                                                           0.9]]))

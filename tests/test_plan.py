@@ -11,11 +11,11 @@ from specrepro.drafters import LMDrafter
 from specrepro.methods import REGISTRY, TreeSizing
 from specrepro.models import LoadedModel, tiny_model
 from specrepro.plan import RunRequest, lazy_profiles, plan_run
-from tests.metrics.test_profile import fake
+from tests.helpers import fake_profile
 
 # fp32: the faster one-token step; bf16: the cheaper verification of several tokens (the Xeon-with-AMX shape)
-PROFILES = {"fp32": fake("fp32", 30.0, {2: 1.2, 3: 1.3, 5: 2.5, 9: 3.0, 17: 4.0}, draft_ms=4.5),
-            "bf16": fake("bf16", 36.0, {2: 1.05, 3: 1.08, 5: 1.1, 9: 1.2, 17: 1.5}, draft_ms=5.0)}
+PROFILES = {"fp32": fake_profile("fp32", 30.0, {2: 1.2, 3: 1.3, 5: 2.5, 9: 3.0, 17: 4.0}, draft_ms=4.5),
+            "bf16": fake_profile("bf16", 36.0, {2: 1.05, 3: 1.08, 5: 1.1, 9: 1.2, 17: 1.5}, draft_ms=5.0)}
 AUTO = RunRequest(dtype="auto", gamma=4, candidates=("fp32", "bf16"), alpha_prior=0.8)
 
 

@@ -4,16 +4,16 @@ import pytest
 import torch
 from scipy import stats
 
-from tests.conftest import loaded
 from specrepro import DecodeConfig, SamplingConfig, check_pair, generate_ids
 from specrepro.autoregressive import autoregressive_generate
 from specrepro.drafters import LMDrafter
 from specrepro.models import load_draft, tiny_model
 from specrepro.speculative import speculative_generate
 from specrepro.warping import warp
+from tests.helpers import loaded
+from tests.stats import FALSE_ALARM
 
 PROMPT = [1, 5, 3, 7, 2]
-FALSE_ALARM = 1e-3
 
 
 def spec(target, draft, config, eos=frozenset(), on_step=None, prompt=PROMPT):

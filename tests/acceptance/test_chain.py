@@ -1,18 +1,17 @@
 """Exactness of the acceptance rules on hand-made distributions (V <= 10), by χ² tests.
 
-Each χ² test uses a fixed seed and rejects at a stated false-alarm rate FALSE_ALARM: were the rule
+Each χ² test uses a fixed seed and rejects at tests/stats.py's false-alarm rate FALSE_ALARM: were the rule
 exact, a fresh seed would fail such a test with probability 1e-3. A companion test shows the same
 check catches a subtly wrong rule, so the tests can fail.
 """
 import numpy as np
 import pytest
 import torch
-from scipy import stats
 
 from specrepro.acceptance import greedy_match, speculative_sampling
 from specrepro.warping import sample
+from tests.stats import FALSE_ALARM, chi2_pvalue
 
-FALSE_ALARM = 1e-3
 N = 20_000
 
 
@@ -29,13 +28,6 @@ CASES = {
     "q_zero_where_p_positive": (_dist(2, 2, 2, 1, 1, 1), _dist(5, 3, 0, 0, 2, 0)),
     "near_uniform_p_peaked_q": (_dist(10, 11, 9, 10, 10, 11), _dist(90, 2, 2, 2, 2, 2)),
 }
-
-
-def chi2_pvalue(counts: np.ndarray, probs: np.ndarray) -> float:
-    """χ² goodness of fit; cells of probability 0 must be empty (checked separately)."""
-    support = probs > 0
-    expected = probs[support] / probs[support].sum() * counts.sum()
-    return stats.chisquare(counts[support], expected).pvalue
 
 
 def conditional(p: torch.Tensor, shift: int) -> torch.Tensor:
@@ -74,7 +66,7 @@ def test_first_token_is_distributed_as_p(case):
     gen = torch.Generator().manual_seed(1234)
     counts = np.bincount([one_token(speculative_sampling, p, q, p, gen) for _ in range(N)], minlength=V)
     assert counts[p.numpy() == 0].sum() == 0, "a token with p = 0 was emitted"
-    assert chi2_pvalue(counts, p.double().numpy()) > FALSE_ALARM
+    assert chi2_pvalue(counts, p.double().numpy(), pool_below=None) > FALSE_ALARM
 
 
 @pytest.mark.parametrize("case", sorted(CASES))
@@ -85,7 +77,7 @@ def test_two_token_sequences_are_distributed_as_p(case):
     counts = np.bincount([a * V + b for a, b in pairs], minlength=V * V)
     exact = np.array([float(p[a]) * float(conditional(p, a)[b]) for a in range(V) for b in range(V)])
     assert counts[exact == 0].sum() == 0
-    assert chi2_pvalue(counts, exact) > FALSE_ALARM
+    assert chi2_pvalue(counts, exact, pool_below=None) > FALSE_ALARM
 
 
 def test_chi2_check_catches_a_wrong_rule():
@@ -99,7 +91,7 @@ def test_chi2_check_catches_a_wrong_rule():
     p, q = CASES["near_uniform_p_peaked_q"]
     gen = torch.Generator().manual_seed(1234)
     counts = np.bincount([one_token(wrong_rule, p, q, p, gen) for _ in range(N)], minlength=V)
-    assert chi2_pvalue(counts, p.double().numpy()) < FALSE_ALARM
+    assert chi2_pvalue(counts, p.double().numpy(), pool_below=None) < FALSE_ALARM
 
 
 def test_acceptance_probability_is_one_minus_tvd():

@@ -5,7 +5,7 @@ closed form where the reference misses an infinity; D = 0 is speculative samplin
 the one-token law π = q∘r + (1 − A)s meets KL(p ‖ π) ≤ D with the optimal acceptance (a generic optimiser);
 the rule samples π (χ², with power checks both ways), and so does the whole loop on tiny models at T = 1; bad input.
 
-χ² tests reject at FALSE_ALARM = 1e-3 with fixed seeds, as in test_tree_acceptance; each has a power check: the
+χ² tests reject at FALSE_ALARM = 1e-3 with fixed seeds, as in acceptance/test_tree; each has a power check: the
 same counts tested against the other law (p for D > 0, π for D = 0) fail it.
 """
 from __future__ import annotations
@@ -22,13 +22,11 @@ from specrepro.acceptance import speculative_sampling
 from specrepro.acceptance.mentored import MENTORED_RULE, MentoredParams, mentored, solve_rows
 from specrepro.config import DecodeConfig, SamplingConfig
 from specrepro.drafters.lm import LMDrafter
-from specrepro.models import tiny_model
 from specrepro.speculative import speculative_generate
 from specrepro.tree import chain_parents
 from specrepro.warping import sample, warp
-from tests.drafters.test_ngram import FALSE_ALARM, PROMPT, V, chi2_pvalue, exact_first_two
-from tests.simulations.test_mentored import _optimise_pi
-from tests.acceptance.test_tree import random_chain
+from tests.helpers import PROMPT, V, optimise_pi, random_chain, v8_model
+from tests.stats import FALSE_ALARM, RUNS, chi2_pvalue, exact_first_two
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -86,7 +84,7 @@ def test_a_draft_zero_under_target_mass_keeps_the_bound():
         for bound in (0.01, 0.1, 0.5):
             pi = one_token_law(torch.tensor(p), torch.tensor(q), bound)
             assert float(kl(torch.tensor(p), pi)) <= bound + 1e-9
-            a_opt, kl_opt, ok = _optimise_pi(p[0], q[0], bound)
+            a_opt, kl_opt, ok = optimise_pi(p[0], q[0], bound)
             if ok and kl_opt <= bound + 1e-9:
                 assert float(solve_rows(torch.tensor(p), torch.tensor(q), bound).accept_prob) == pytest.approx(
                     a_opt, abs=1e-6)
@@ -112,7 +110,7 @@ def test_one_token_law_meets_the_bound_with_the_optimal_acceptance(seed):
         elif bound >= kl_pq:
             assert float(a) == pytest.approx(1.0, abs=1e-12)
         else:
-            a_opt, kl_opt, ok = _optimise_pi(p_np[0], q_np[0], bound)
+            a_opt, kl_opt, ok = optimise_pi(p_np[0], q_np[0], bound)
             if ok and kl_opt <= bound + 1e-9:
                 assert float(a) == pytest.approx(a_opt, abs=1e-6)
 
@@ -176,14 +174,12 @@ def test_the_rule_samples_its_one_token_law_chi2():
 
 # --- through the loop
 
-RUNS = 500  # per χ² test, as in test_drafters
 
 
 @pytest.fixture(scope="module")
 def pair():
-    """Target and draft over V = 8, far apart (test_tree_decoding's small pair)."""
-    return tiny_model(vocab_size=V, n_layers=1, hidden=16, seed=3), tiny_model(vocab_size=V, n_layers=1, hidden=16,
-                                                                              seed=11)
+    """Target and draft over V = 8, far apart (drafters/test_lm_tree's small pair)."""
+    return v8_model(), v8_model(11)
 
 
 def mentored_first_two(target, draft, bound: float, sampling: SamplingConfig) -> np.ndarray:

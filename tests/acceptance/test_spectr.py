@@ -2,7 +2,7 @@
 is speculative sampling, K-SEQ accepts at least as often as recursive rejection sampling, and the rule runs
 through the verification loop with ``MultiDraftDrafter``.
 
-χ² tests as in test_tree_acceptance: fixed seeds, FALSE_ALARM = 1e-3 each; TRIALS = 3000 keeps every expected
+χ² tests as in acceptance/test_tree: fixed seeds, FALSE_ALARM = 1e-3 each (tests/stats.py); TRIALS = 3000 keeps every expected
 cell count above 35 on these toy rows. The deliberately wrong variants (ρ = 1; recursive rejection's residual after
 K-SEQ's test) fail the same one-level test with p-values far below 1e-3: their laws lie 0.63 and 0.078 from p in χ²
 distance per trial, a non-centrality of about 1900 and 230 at 3000 trials.
@@ -25,12 +25,11 @@ from specrepro.acceptance.spectr import (
 from specrepro.autoregressive import autoregressive_generate
 from specrepro.config import DecodeConfig, SamplingConfig
 from specrepro.drafters.lm_tree import MultiDraftDrafter, TopKTreeDrafter
-from specrepro.models import tiny_model
 from specrepro.speculative import speculative_generate
 from specrepro.tree import chain_parents, root_path
 from specrepro.warping import sample
-from tests.drafters.test_ngram import FALSE_ALARM, PROMPT, chi2_pvalue, exact_first_two
-from tests.drafters.test_ngram import V as LOOP_V
+from tests.helpers import PROMPT, V as LOOP_V, v8_model
+from tests.stats import FALSE_ALARM, chi2_pvalue, exact_first_two
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 TRIALS = 3000
@@ -286,9 +285,8 @@ def test_siblings_with_different_q_rows_get_one_clear_error():
 
 @pytest.fixture(scope="module")
 def small_pair():
-    """Target and draft over V = 8, far apart, so siblings are often rejected (as in test_tree_decoding)."""
-    return (tiny_model(vocab_size=LOOP_V, n_layers=1, hidden=16, seed=3),
-            tiny_model(vocab_size=LOOP_V, n_layers=1, hidden=16, seed=11))
+    """Target and draft over V = 8, far apart, so siblings are often rejected (as in drafters/test_lm_tree)."""
+    return v8_model(), v8_model(11)
 
 
 def check_cache(p_model, drafter, ids):
@@ -335,8 +333,7 @@ class RoundsByWidth(torch.nn.Module):
 
 @pytest.fixture(scope="module")
 def width_pair():
-    return (tiny_model(vocab_size=LOOP_V, n_layers=1, hidden=16, seed=3),
-            RoundsByWidth(tiny_model(vocab_size=LOOP_V, n_layers=1, hidden=16, seed=11)))
+    return v8_model(), RoundsByWidth(v8_model(11))
 
 
 def test_chains_through_one_prefix_share_its_q_row_exactly(width_pair):

@@ -3,7 +3,7 @@ paths, the lossy typical rule, and input checks.
 
 Each trial draws the tree's tokens from q itself, as a drafter would (i.i.d. siblings, siblings without
 replacement, deterministic top-k), so a test covers the whole propose → verify procedure. Every χ² test uses a
-fixed seed and rejects at FALSE_ALARM = 1e-3: were the rule exact, a fresh seed would fail one such test with
+fixed seed and rejects at FALSE_ALARM = 1e-3 (tests/stats.py): were the rule exact, a fresh seed would fail one such test with
 probability 1e-3 (about 0.5% for the five below together). TRIALS = 20 000 per test keeps every expected cell count
 above 100; a deliberately wrong rule fails the same test with p-value far below 1e-3, so the tests can fail.
 """
@@ -13,7 +13,6 @@ import math
 import numpy as np
 import pytest
 import torch
-from scipy import stats
 
 from specrepro.acceptance import (
     TREE_RULES, TreeVerdict, TypicalParams, greedy_match, speculative_sampling, tree_greedy, tree_sampling,
@@ -21,21 +20,15 @@ from specrepro.acceptance import (
 )
 from specrepro.tree import chain_parents, children
 from specrepro.warping import sample
+from tests.helpers import random_chain
+from tests.stats import FALSE_ALARM, chi2_pvalue
 
-FALSE_ALARM = 1e-3
 TRIALS = 20_000
 
 
 def _dist(*xs):
     t = torch.tensor(xs, dtype=torch.float64)
     return (t / t.sum()).float()
-
-
-def chi2_pvalue(counts: np.ndarray, probs: np.ndarray) -> float:
-    """χ² goodness of fit on the support of probs; cells of probability 0 are checked to be empty separately."""
-    support = probs > 0
-    expected = probs[support] / probs[support].sum() * counts.sum()
-    return stats.chisquare(counts[support], expected).pvalue
 
 
 # --- drafters: k siblings under one node, drawn with the uniforms u [k]; return tokens and their q rows [k, V]
@@ -92,7 +85,7 @@ def test_first_token_is_distributed_as_p(case):
     p = ONE_LEVEL_CASES[case][0].double().numpy()
     counts = first_token_counts(tree_sampling, case)
     assert counts[p == 0].sum() == 0, "a token with p = 0 was emitted"
-    assert chi2_pvalue(counts, p) > FALSE_ALARM
+    assert chi2_pvalue(counts, p, pool_below=None) > FALSE_ALARM
 
 
 def forgetful_sampling(p, q, tokens, parents, uniforms) -> TreeVerdict:
@@ -110,7 +103,7 @@ def forgetful_sampling(p, q, tokens, parents, uniforms) -> TreeVerdict:
 
 def test_chi2_check_catches_a_residual_not_carried_across_siblings():
     counts = first_token_counts(forgetful_sampling, "iid_duplicate_siblings")
-    assert chi2_pvalue(counts, P.double().numpy()) < FALSE_ALARM
+    assert chi2_pvalue(counts, P.double().numpy(), pool_below=None) < FALSE_ALARM
 
 
 def conditional(dist: torch.Tensor, context: int) -> torch.Tensor:
@@ -144,24 +137,10 @@ def test_two_tokens_from_a_depth_two_tree_are_distributed_as_p():
     counts = np.bincount([x * V + y for x, y in pairs], minlength=V * V)
     exact = np.array([float(p[x]) * float(conditional(p, x)[y]) for x in range(V) for y in range(V)])
     assert counts[exact == 0].sum() == 0
-    assert chi2_pvalue(counts, exact) > FALSE_ALARM
+    assert chi2_pvalue(counts, exact, pool_below=None) > FALSE_ALARM
 
 
 # --- chains: the tree rules are the chain rules
-
-def random_chain(gen, gamma, vocab):
-    """Rows with some zeros; a q row sometimes equal to its p row (the degenerate residual), tokens from q."""
-    def rows(n):
-        x = torch.rand(n, vocab, generator=gen) * (torch.rand(n, vocab, generator=gen) > 0.3)
-        x[:, 0] += 1e-3  # never an all-zero row
-        return x / x.sum(-1, keepdim=True)
-    p, q = rows(gamma + 1), rows(gamma)
-    same = torch.rand(gamma, generator=gen) < 0.2
-    q[same] = p[:gamma][same]
-    u = torch.rand(2 * gamma + 1, generator=gen, dtype=torch.float64)
-    tokens = torch.tensor([sample(q[i], u[gamma + 1 + i]) for i in range(gamma)])
-    return p, q, tokens, u[: gamma + 1]
-
 
 def test_tree_sampling_on_a_chain_is_speculative_sampling():
     gen = torch.Generator().manual_seed(0)

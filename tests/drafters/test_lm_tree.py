@@ -1,6 +1,6 @@
 """Token trees through the one verification loop: identity with greedy decoding, exactness by χ², the cache.
 
-A chain is the tree whose every node has one child, so every test of the loop (test_engine, test_drafters)
+A chain is the tree whose every node has one child, so every test of the loop (test_speculative, drafters/test_ngram)
 already runs through tree scoring; here the proposals branch: several sampled drafts (SpecTr/SpecInfer-style)
 and the draft's top-k candidates continued greedily.
 """
@@ -15,20 +15,18 @@ from specrepro.autoregressive import autoregressive_generate
 from specrepro.config import DecodeConfig, SamplingConfig
 from specrepro.drafters import Drafter, Proposal
 from specrepro.drafters.lm_tree import MultiDraftDrafter, TopKTreeDrafter
-from specrepro.models import tiny_model
 from specrepro.speculative import speculative_generate
 from specrepro.warping import sample
-from tests.drafters.test_ngram import FALSE_ALARM, PROMPT, V, chi2_pvalue, exact_first_two
+from tests.helpers import PROMPT, V, v8_model
+from tests.stats import FALSE_ALARM, RUNS, chi2_pvalue, exact_first_two
 
 pytestmark = pytest.mark.usefixtures("one_thread")
-RUNS = 500  # per χ² test, as in test_drafters
 
 
 @pytest.fixture(scope="module")
 def small_pair():
     """Target and draft over V = 8 (far apart, so siblings are often rejected)."""
-    return tiny_model(vocab_size=V, n_layers=1, hidden=16, seed=3), tiny_model(vocab_size=V, n_layers=1, hidden=16,
-                                                                              seed=11)
+    return v8_model(), v8_model(11)
 
 
 def check_cache(p_model, drafter, ids):

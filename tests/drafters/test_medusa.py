@@ -5,7 +5,6 @@ import numpy as np
 import pytest
 import torch
 
-from tests.conftest import loaded
 from specrepro.autoregressive import autoregressive_generate
 from specrepro.config import DecodeConfig, SamplingConfig
 from specrepro.training.data import Example
@@ -15,7 +14,8 @@ from specrepro.drafters.medusa import (MedusaConfig, MedusaDrafter, MedusaHeads,
 from specrepro.models import tiny_model
 from specrepro.speculative import speculative_generate
 from specrepro.training.medusa import batch_loss, one_head_logits, positions, topk_accuracy
-from tests.drafters.test_ngram import FALSE_ALARM, PROMPT, V, chi2_pvalue, exact_first_two
+from tests.helpers import PROMPT, V, loaded, v8_model
+from tests.stats import FALSE_ALARM, chi2_pvalue, exact_first_two
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 RANKS = ((0.5, 0.2, 0.1, 0.05), (0.3, 0.15, 0.1, 0.05), (0.2, 0.1, 0.05, 0.05))
@@ -72,7 +72,7 @@ def test_proposal_is_the_heads_guesses_on_the_sparse_tree(tiny_pair_64):
 
 
 def test_medusa_sampling_is_exact_chi2():
-    target = tiny_model(vocab_size=V, n_layers=1, hidden=16, seed=3)
+    target = v8_model()
     sampling = SamplingConfig(temperature=1.0)
     counts = np.zeros((V, V), dtype=np.int64)
     d = drafter(target, tree_size=6, seed=1)

@@ -1,9 +1,10 @@
-"""Zero-cost drafts (unigram, bigram, prompt lookup) plug into the one verification loop and stay exact.
+"""N-gram drafts (drafters/ngram.py), and every zero-cost draft (unigram, bigram, prompt lookup) plugged into the
+one verification loop stays exact.
 
 Exactness is checked statistically: the first two generated tokens of many seeded runs on a tiny random
 target (V = 8) are compared with the exact joint distribution p(x1) p(x2 | x1), computed from the
-target's own logits, by a χ² goodness-of-fit test. Each test has a false-alarm rate of 1e-3 (cells with
-an expected count below 5 are pooled); the seeds are fixed, so the outcome is deterministic. A last test
+target's own logits, by a χ² goodness-of-fit test (tests/stats.py: FALSE_ALARM per test, cells with
+an expected count below 5 pooled); the seeds are fixed, so the outcome is deterministic. A last test
 shows the same check, with the same number of runs, rejects a subtly wrong sampler.
 """
 from __future__ import annotations
@@ -13,31 +14,24 @@ import dataclasses
 import numpy as np
 import pytest
 import torch
-from scipy import stats
 
-from specrepro.acceptance import TREE_RULES
 from specrepro.autoregressive import autoregressive_generate
 from specrepro.config import DecodeConfig, SamplingConfig
 from specrepro.drafters import NGramDrafter, NGramTable, PromptLookupDrafter, fit_ngram
-from specrepro.drafters.prompt_lookup import lookup
 from specrepro.generate import generate_ids
 from specrepro.methods import drafter_for
-from specrepro.models import LoadedModel, tiny_model
+from specrepro.models import LoadedModel
 from specrepro.speculative import speculative_generate
-from specrepro.warping import sample, warp
-
-V = 8
-PROMPT = [1, 4, 6, 3, 1, 4]  # ends in "1 4", seen before, so prompt lookup has something to copy
-FALSE_ALARM = 1e-3
-RUNS = 500  # per χ² test
-
+from specrepro.warping import sample
+from tests.helpers import PROMPT, V, v8_model
+from tests.stats import FALSE_ALARM, chi2_pvalue, exact_first_two, first_two_counts
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 @pytest.fixture(scope="module")
 def target():
-    return tiny_model(vocab_size=V, n_layers=1, hidden=16, seed=3)
+    return v8_model()
 
 
 @pytest.fixture(scope="module")
@@ -109,40 +103,6 @@ def test_sampled_ngram_proposal_carries_its_distribution(table):
     assert greedy.probs is None  # T = 0: the argmax chain, one-hot q
 
 
-# ---------------------------------------------------------------------------------------- prompt lookup
-
-
-def test_lookup_prefers_longest_then_most_recent_match():
-    ids = [7, 1, 2, 9, 5, 1, 2, 3, 4, 0, 1, 2]
-    assert lookup(ids, 2, max_ngram=3) == [3, 4]  # "1 2" last seen before "3 4"; no 3-gram match
-    assert lookup([5, 6, 7, 8, 6, 7, 9, 6, 7], 3, max_ngram=2) == [9, 6, 7]
-    assert lookup([5, 6, 7, 8, 6, 7, 9, 5, 6, 7], 3, max_ngram=3) == [8, 6, 7]  # the 3-gram beats the 2-gram
-    assert lookup([1, 2, 3], 4) == []  # nothing repeats: no proposal
-    assert lookup([4], 4) == []
-    assert lookup([3, 1, 3], 5) == [1, 3]  # never more than the context holds
-
-
-def test_prompt_lookup_proposes_only_context_tokens():
-    rng = np.random.default_rng(0)
-    drafter = PromptLookupDrafter(max_ngram=3, min_ngram=1)
-    for _ in range(200):
-        ids = rng.integers(0, 50, size=rng.integers(1, 40)).tolist()
-        prop = drafter.propose(ids, 5, SamplingConfig(), torch.Generator())
-        assert prop.probs is None and len(prop.tokens) <= 5
-        assert set(prop.tokens.tolist()) <= set(ids)
-        toks = prop.tokens.tolist()
-        if toks:  # a verbatim copy of what followed an earlier occurrence of some suffix
-            assert any(ids[i:i + len(toks)] == toks for i in range(1, len(ids)))
-
-
-def test_empty_proposal_takes_one_plain_step(target):
-    cfg = DecodeConfig(max_new_tokens=6, gamma=4, seed=0, stop_at_eos=False)
-    rec = speculative_generate(target, PromptLookupDrafter(), [0, 1, 2, 3], cfg)  # no repeats to copy at first
-    ar = autoregressive_generate(target, [0, 1, 2, 3], cfg)
-    assert rec.token_ids == ar.token_ids
-    assert rec.target_calls >= len(rec.accept_lengths) + 1  # at least the first step proposed nothing
-
-
 # ------------------------------------------------------------------------------------ exactness, T = 0
 
 
@@ -170,40 +130,6 @@ def test_generate_ids_dispatches_new_methods(target, table, tmp_path):
 
 
 # --------------------------------------------------------------------------------- exactness, χ² at T = 1
-
-
-def exact_first_two(target, prompt: list[int], sampling: SamplingConfig) -> np.ndarray:
-    """p(x1, x2) = p(x1 | prompt) p(x2 | prompt, x1) as a [V, V] array, from the target's logits."""
-    with torch.inference_mode():
-        p1 = warp(target(input_ids=torch.tensor([prompt])).logits[0, -1], sampling)  # [V]
-        batch = torch.tensor([prompt + [x] for x in range(V)])  # [V, T+1]
-        p2 = warp(target(input_ids=batch).logits[:, -1], sampling)  # [V, V]
-    joint = (p1[:, None] * p2).double().numpy()
-    return joint / joint.sum()
-
-
-def chi2_pvalue(counts: np.ndarray, expected_p: np.ndarray) -> float:
-    """χ² goodness of fit, pooling the cells whose expected count is below 5."""
-    n = counts.sum()
-    expected = expected_p.ravel() * n
-    observed = counts.ravel().astype(float)
-    small = expected < 5
-    if small.any():
-        expected = np.append(expected[~small], expected[small].sum())
-        observed = np.append(observed[~small], observed[small].sum())
-    return stats.chisquare(observed, expected).pvalue
-
-
-def first_two_counts(target, drafter, sampling, rule=TREE_RULES["exact"], runs=RUNS, prompt=PROMPT,
-                     on_step=None) -> np.ndarray:
-    """Counts of the first two emitted tokens over ``runs`` seeds (``on_step``: the loop's per-step check)."""
-    counts = np.zeros((V, V), dtype=np.int64)
-    for seed in range(runs):
-        # max_new_tokens 3 with γ = 2: the first step drafts two tokens, so both positions are tested.
-        cfg = DecodeConfig(max_new_tokens=3, gamma=2, sampling=sampling, seed=seed, stop_at_eos=False)
-        out = speculative_generate(target, drafter, prompt, cfg, rule=rule, on_step=on_step).token_ids
-        counts[out[0], out[1]] += 1
-    return counts
 
 
 @pytest.mark.parametrize("name", DRAFTERS)

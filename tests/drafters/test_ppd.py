@@ -21,7 +21,8 @@ from specrepro.methods import REGISTRY
 from specrepro.models import tiny_model
 from specrepro.speculative import speculative_generate
 from specrepro.training.ppd import (PPDTrainConfig, Student, loss_for, run_prefix, student_logits, topk_accuracy)
-from tests.drafters.test_ngram import FALSE_ALARM, PROMPT, V, chi2_pvalue, exact_first_two
+from tests.helpers import PROMPT, V, v8_model
+from tests.stats import FALSE_ALARM, chi2_pvalue, exact_first_two
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 RANKS = ((0.5, 0.2, 0.1, 0.05), (0.3, 0.15, 0.1, 0.05), (0.2, 0.1, 0.05, 0.05))
@@ -152,7 +153,7 @@ def test_proposal_follows_the_accepted_nodes_prompt_tokens():
 def test_ppd_sampling_is_exact_chi2_and_typical_is_caught():
     """At T = 1 the first two tokens follow p exactly (the second is verified on a PPD tree); the same test
     rejects Medusa's typical acceptance, which is lossy: the power check."""
-    target = tiny_model(vocab_size=V, n_layers=1, hidden=16, seed=3)
+    target = v8_model()
     sampling = SamplingConfig(temperature=1.0)
     expected = exact_first_two(target, PROMPT, sampling)
     for rule, lossless in ((TREE_RULES["exact"], True), (TREE_RULES["typical"], False)):
@@ -285,7 +286,7 @@ def test_the_loss_falls_and_accuracies_are_measured(kd):
 
 
 def test_ppd_in_the_bench_predicts_from_input_lengths(tmp_path):
-    from conftest import loaded
+    from tests.helpers import loaded
     from specrepro.bench import BenchConfig, BenchPrompt, run_bench
     from specrepro.bench_summary import predicted_for_trees
     from specrepro.metrics.profile import Profile

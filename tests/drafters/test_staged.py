@@ -22,10 +22,10 @@ from specrepro.drafters import (
     Drafter, LMDrafter, NGramDrafter, PromptLookupDrafter, Proposal, fit_ngram,
 )
 from specrepro.drafters.staged import FROM_DRAFT, FROM_INNER, FROM_LOOKUP, FROM_TARGET, FusedDrafter, StagedDrafter
-from specrepro.models import tiny_model
 from specrepro.speculative import speculative_generate
 from specrepro.warping import one_hot, sample, warp
-from tests.drafters.test_ngram import FALSE_ALARM, PROMPT, V, chi2_pvalue, exact_first_two, first_two_counts
+from tests.helpers import PROMPT, V, v8_model
+from tests.stats import FALSE_ALARM, chi2_pvalue, exact_first_two, first_two_counts
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 CHAIN_RUNS = 600  # proposals per χ² test of the chain
@@ -36,10 +36,9 @@ T1 = SamplingConfig(temperature=1.0)
 
 @pytest.fixture(scope="module")
 def small_pair():
-    """Target p (test_drafters' own) and draft q over V = 8. After PROMPT the draft gives the lookup's first token
+    """Target p (tests/helpers.v8_model, as in drafters/test_ngram) and draft q over V = 8. After PROMPT the draft gives the lookup's first token
     (6) q ≈ 0.48 and its second (3, after 6) q ≈ 0.47, so the inner level accepts and rejects both often."""
-    return tiny_model(vocab_size=V, n_layers=1, hidden=16, seed=3), tiny_model(vocab_size=V, n_layers=1, hidden=16,
-                                                                              seed=7)
+    return v8_model(), v8_model(7)
 
 
 def bigram(vocab_size: int) -> NGramDrafter:

@@ -21,8 +21,9 @@ from specrepro.generate import generate_ids
 from specrepro.methods import (HF_METHODS, METHODS, REGISTRY, Cost, Loop, Method, Needs, method, methods_table,
                                parameter_fields)
 from specrepro.methods.greedy_draft import TopKDrafter
-from specrepro.models import LoadedModel, tiny_model
-from tests.drafters.test_ngram import FALSE_ALARM, PROMPT, RUNS, V, chi2_pvalue, exact_first_two, first_two_counts
+from specrepro.models import LoadedModel
+from tests.helpers import PROMPT, v8_model
+from tests.stats import FALSE_ALARM, RUNS, chi2_pvalue, exact_first_two, first_two_counts
 
 ROOT = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -124,8 +125,8 @@ def test_an_old_bench_folder_with_every_parameter_as_a_field_still_resumes(tmp_p
 
 @pytest.fixture(scope="module")
 def pair():
-    target = LoadedModel("tiny", tiny_model(vocab_size=V, n_layers=1, hidden=16, seed=3), None)
-    return target, LoadedModel("tiny-draft", tiny_model(vocab_size=V, n_layers=1, hidden=16, seed=4), None)
+    target = LoadedModel("tiny", v8_model(), None)
+    return target, LoadedModel("tiny-draft", v8_model(4), None)
 
 
 def test_greedy_draft_at_t0_is_token_identical_to_ar_in_fp32(pair):
@@ -150,7 +151,7 @@ def test_greedy_draft_proposes_the_drafts_argmax_with_a_one_hot_q(pair):
 @pytest.mark.parametrize("k", [1, 3])
 def test_greedy_draft_is_exact_at_t1_chi2(pair, k):
     """The first two emitted tokens over RUNS seeds against the exact p(x1) p(x2 | x1): lossless whatever k. The power
-    of this χ² on this target is shown in test_drafters (the wrong-residual sampler fails it)."""
+    of this χ² on this target is shown in drafters/test_ngram (the wrong-residual sampler fails it)."""
     target, draft = pair
     sampling = SamplingConfig(temperature=1.0)
     counts = first_two_counts(target.model, TopKDrafter(draft.model, k), sampling)

@@ -9,36 +9,21 @@ import pytest
 import torch
 
 import simulations as sim
-from tests.conftest import loaded
 from specrepro import DecodeConfig, generate_ids
 from specrepro.adaptive import AdaptiveGamma, FixedGamma
 from specrepro.drafters import LMDrafter, PromptLookupDrafter
 from specrepro.metrics import profile as prof
-from specrepro.metrics.profile import Latency, Profile, ProfileKey, choose_dtype, load_profile, measure, save_profile
+from specrepro.metrics.profile import choose_dtype, load_profile, measure, save_profile
 from specrepro.models import tiny_model
+from tests.helpers import fake_profile, loaded, profile_key
 
 pytestmark = pytest.mark.usefixtures("one_thread")
-
-
-def key(**changes) -> ProfileKey:
-    base = dict(device="cpu:test:avx512f", target="t", draft="d", dtype="fp32", threads=1, torch="2", transformers="5")
-    return ProfileKey(**{**base, **changes})
-
-
-def fake(dtype: str, decode_ms: float, betas: dict[int, float], draft_ms: float | None = None) -> Profile:
-    """A profile with given L_fp(1) and β(n) (n = 1 and the keys of ``betas``)."""
-    forward = [(1, 1.0)] + sorted(betas.items())
-    return Profile(key=key(dtype=dtype), context_tokens=64, repeats=1,
-                   forward=tuple((n, Latency(b * decode_ms / 1e3, b * decode_ms / 1e3, b * decode_ms / 1e3))
-                                 for n, b in forward),
-                   draft_decode=None if draft_ms is None else Latency(draft_ms / 1e3, draft_ms / 1e3, draft_ms / 1e3),
-                   machine={})
 
 
 @pytest.fixture(scope="module")
 def measured():
     target, draft = tiny_model(vocab_size=32, n_layers=2, hidden=16), tiny_model(vocab_size=32, n_layers=1, hidden=16)
-    return measure(target, draft, list(range(20)), key(), ns=(1, 2, 3, 5, 8), repeats=2, warmup=1)
+    return measure(target, draft, list(range(20)), profile_key(), ns=(1, 2, 3, 5, 8), repeats=2, warmup=1)
 
 
 def test_profile_round_trips_and_reads_its_numbers(tmp_path, measured):
@@ -55,9 +40,10 @@ def test_profile_round_trips_and_reads_its_numbers(tmp_path, measured):
 
 
 def test_cache_key_separates_threads_dtype_and_device():
-    names = {key().filename(), key(threads=2).filename(), key(dtype="bf16").filename(),
-             key(device="cpu:test:avx512f+avx512_bf16").filename(), key(draft=None).filename(),
-             key(weights="retrained").filename(), key(context_tokens=1024).filename(), key(repeats=20).filename()}
+    names = {profile_key().filename(), profile_key(threads=2).filename(), profile_key(dtype="bf16").filename(),
+             profile_key(device="cpu:test:avx512f+avx512_bf16").filename(), profile_key(draft=None).filename(),
+             profile_key(weights="retrained").filename(), profile_key(context_tokens=1024).filename(),
+             profile_key(repeats=20).filename()}
     assert len(names) == 8
 
 
@@ -135,12 +121,12 @@ def test_bad_profiles_get_one_clear_error(tmp_path, measured):
     with pytest.raises(ValueError, match="unknown dtype"):
         prof.dtype_name("int8")
     with pytest.raises(ValueError, match="within 1..64"):
-        measure(tiny_model(vocab_size=32, hidden=16), None, list(range(8)), key(), ns=(1, 65), repeats=1)
+        measure(tiny_model(vocab_size=32, hidden=16), None, list(range(8)), profile_key(), ns=(1, 65), repeats=1)
 
 
 def test_auto_dtype_picks_the_lower_measured_cost():
-    fast_decode = fake("fp32", 30.0, {2: 1.2, 3: 1.3, 5: 2.5, 9: 3.0}, draft_ms=4.5)  # fast 1 row, slow 5 rows
-    cheap_verify = fake("bf16", 36.0, {2: 1.05, 3: 1.08, 5: 1.1, 9: 1.2}, draft_ms=5.0)
+    fast_decode = fake_profile("fp32", 30.0, {2: 1.2, 3: 1.3, 5: 2.5, 9: 3.0}, draft_ms=4.5)  # fast 1 row, slow 5 rows
+    cheap_verify = fake_profile("bf16", 36.0, {2: 1.05, 3: 1.08, 5: 1.1, 9: 1.2}, draft_ms=5.0)
     profiles = {"fp32": fast_decode, "bf16": cheap_verify}
     assert choose_dtype(profiles, "plain").dtype == "fp32"  # plain decoding weighs L_fp(1) only
     # γ = 4 at α = 0.8: fp32 pays β(5) = 2.5, bf16 only 1.1.
@@ -150,7 +136,7 @@ def test_auto_dtype_picks_the_lower_measured_cost():
     # At α = 0 drafting never pays: the cheaper one-token step wins again, for γ auto too.
     assert choose_dtype(profiles, "model-free", "auto", alpha=0.0).dtype == "fp32"
     with pytest.raises(ValueError, match="no draft timing"):
-        choose_dtype({"fp32": fake("fp32", 30.0, {2: 1.2})}, "draft model", 1)
+        choose_dtype({"fp32": fake_profile("fp32", 30.0, {2: 1.2})}, "draft model", 1)
 
 
 @pytest.mark.parametrize("alpha", [0.2, 0.5, 0.8, 0.95])

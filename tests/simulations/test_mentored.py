@@ -5,6 +5,7 @@ import pytest
 from scipy.optimize import minimize
 
 from simulations import mentored as m
+from tests.helpers import optimise_pi, reference_kl
 
 SEEDS = range(6)
 BOUNDS = (0.005, 0.03, 0.1, 0.3)
@@ -20,11 +21,6 @@ def _random_pq(rng, vocab, zeros=False):
 
 
 # ------------------------------------------------------------- generic optimisers (the reference)
-
-def _kl(p, pi):
-    pi = np.maximum(pi, 1e-300)
-    return float(np.sum(np.where(p > 0, p * np.log(np.where(p > 0, p, 1.0) / pi), 0.0)))
-
 
 def _optimise_rs(p, q, bound, rng, starts=4):
     """The brief's formulation: variables r ∈ [0,1]^V, s ∈ simplex; maximise Σ q r s.t. KL(p‖π) ≤ D.
@@ -51,7 +47,7 @@ def _optimise_rs(p, q, bound, rng, starts=4):
         return np.concatenate([g_r, g_s])
 
     cons = [
-        {"type": "ineq", "fun": lambda x: bound - _kl(p, np.maximum(pi_of(x), 1e-12)),
+        {"type": "ineq", "fun": lambda x: bound - reference_kl(p, np.maximum(pi_of(x), 1e-12)),
          "jac": lambda x: -kl_grad(x)},
         {"type": "eq", "fun": lambda x: x[v:].sum() - 1.0,
          "jac": lambda x: np.concatenate([np.zeros(v), np.ones(v)])},
@@ -69,33 +65,10 @@ def _optimise_rs(p, q, bound, rng, starts=4):
                        options={"maxiter": 500, "ftol": 1e-12})
         r, s = unpack(out.x)
         pi = q * r + (1 - q @ r) * s
-        cand = (float(q @ r), _kl(p, pi))
+        cand = (float(q @ r), reference_kl(p, pi))
         if best is None or cand[0] > best[0]:
             best = cand
     return best
-
-
-def _optimise_pi(p, q, bound):
-    """A convex formulation: variables (π, a), maximise Σ a with a ≤ q, a ≤ π, π ∈ simplex, KL ≤ D.
-
-    For a fixed π the best acceptance is Σ min(q, π) (r = min(1, π/q)), so this has the same optimum.
-    """
-    v = p.size
-    x0 = np.concatenate([p, np.minimum(p, q)])
-    cons = [
-        {"type": "ineq", "fun": lambda x: bound - _kl(p, np.maximum(x[:v], 1e-12)),
-         "jac": lambda x: np.concatenate([np.where(p > 0, p / np.maximum(x[:v], 1e-12), 0.0), np.zeros(v)])},
-        {"type": "eq", "fun": lambda x: x[:v].sum() - 1.0,
-         "jac": lambda x: np.concatenate([np.ones(v), np.zeros(v)])},
-        {"type": "ineq", "fun": lambda x: x[:v] - x[v:],
-         "jac": lambda x: np.hstack([np.eye(v), -np.eye(v)])},
-    ]
-    out = minimize(lambda x: -x[v:].sum(), x0, jac=lambda x: np.concatenate([np.zeros(v), -np.ones(v)]),
-                   bounds=[(0, 1)] * v + [(0, qi) for qi in q], constraints=cons, method="SLSQP",
-                   options={"maxiter": 500, "ftol": 1e-13})
-    pi = np.clip(out.x[:v], 0, None)
-    pi = pi / pi.sum()
-    return float(np.minimum(q, pi).sum()), _kl(p, pi), out.success
 
 
 @pytest.mark.parametrize("zeros", [False, True])
@@ -110,7 +83,7 @@ def test_solver_matches_generic_optimiser(seed, zeros):
         assert sol.kl <= bound + 1e-9
         # The optimisers may overshoot the bound slightly: compare at the KL they actually used.
         a_rs, kl_rs = _optimise_rs(p, q, bound, rng)
-        a_pi, kl_pi, ok = _optimise_pi(p, q, bound)
+        a_pi, kl_pi, ok = optimise_pi(p, q, bound)
         for a_opt, kl_opt in ((a_rs, kl_rs), (a_pi, kl_pi)):
             ref = m.solve(p, q, max(bound, kl_opt)).accept_prob
             assert a_opt <= ref + 1e-6, (seed, bound, a_opt, ref)
@@ -127,7 +100,7 @@ def test_max_discrepancy_summary(record_property):
         for zeros in (False, True):
             p, q = _random_pq(rng, 3 + seed % 4, zeros=zeros)
             for bound in BOUNDS:
-                a_pi, kl_pi, ok = _optimise_pi(p, q, bound)
+                a_pi, kl_pi, ok = optimise_pi(p, q, bound)
                 if ok:
                     worst = max(worst, abs(a_pi - m.solve(p, q, max(bound, kl_pi)).accept_prob))
     record_property("max_discrepancy", worst)

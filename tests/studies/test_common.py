@@ -6,11 +6,11 @@ import statistics
 
 import pytest
 
-from tests.conftest import loaded
 from specrepro.bench import BenchConfig, BenchPrompt, BenchResult
 from specrepro.studies import common
 from specrepro.studies.common import (StudyCache, cached_json, cap, holdout_split, paired_ratio, records_of, rows_of,
                                       run_means)
+from tests.helpers import loaded
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 PROMPTS = [BenchPrompt("a", [1, 2, 3, 1, 2]), BenchPrompt("b", [4, 5, 4, 5])]

@@ -6,9 +6,9 @@ from types import SimpleNamespace
 
 import pytest
 
-from tests.conftest import loaded
 from specrepro.bench import BenchConfig, BenchPrompt, BenchResult, run_bench
 from specrepro.studies import mjsd
+from tests.helpers import loaded
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 

@@ -6,11 +6,11 @@ import json
 
 import pytest
 
-from tests.conftest import loaded
 from simulations import SLIDES_TABLE2, expected_speedup
 from specrepro.bench import BenchPrompt
 from specrepro.studies import slides
 from specrepro.studies.common import StudyCache
+from tests.helpers import loaded
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 

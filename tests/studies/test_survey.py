@@ -8,11 +8,11 @@ import numpy as np
 import pytest
 import torch
 
-from tests.conftest import loaded
 from specrepro.bench import BenchPrompt, BenchResult
 from specrepro.config import DecodeConfig, SamplingConfig
 from specrepro.generate import generate_ids
 from specrepro.studies import survey
+from tests.helpers import loaded
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 T1 = SamplingConfig(temperature=1.0)

@@ -21,13 +21,13 @@ from specrepro.config import DecodeConfig, SamplingConfig
 from specrepro.draft_model import draft_from_target
 from specrepro.drafters import LMDrafter, Proposal
 from specrepro.drafters.online import OnlineDrafter, OnlineSample, SequenceSample
-from specrepro.models import tiny_model
 from specrepro.speculative import speculative_generate
 from specrepro.training.losses import DIVERGENCES
 from specrepro.training.online import (OnlineBuffer, OnlineConfig, OnlineLearner, example_of, online_drafter,
                                        serve_stream)
 from specrepro.warping import warp
-from tests.drafters.test_ngram import FALSE_ALARM, PROMPT, V, chi2_pvalue, exact_first_two
+from tests.helpers import PROMPT, V, v8_model
+from tests.stats import FALSE_ALARM, RUNS, chi2_pvalue, exact_first_two
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 PROMPTS = [[1, 2, 3], [4, 5, 6, 7], [0, 7, 2]]  # ids < V = 8
@@ -37,8 +37,7 @@ FAST = OnlineConfig(buffer_size=32, update_every=1, steps_per_update=2, lr=1e-2)
 @pytest.fixture(scope="module")
 def pair():
     """Target and draft over V = 8, far apart (the draft is another random model)."""
-    return tiny_model(vocab_size=V, n_layers=1, hidden=16, seed=3), tiny_model(vocab_size=V, n_layers=1, hidden=16,
-                                                                              seed=11)
+    return v8_model(), v8_model(11)
 
 
 def online(draft, config=FAST) -> OnlineDrafter:
@@ -295,9 +294,6 @@ class ReportsTheStartingRows(OnlineDrafter):
             logits = self.start(input_ids=torch.tensor([seq])).logits[0]  # [L, V]
         q = warp(logits[len(ids) - 1: len(ids) - 1 + gamma], sampling)  # [γ, V] of the starting weights
         return Proposal(tokens=proposal.tokens, probs=q, calls=proposal.calls)
-
-
-RUNS = 500
 
 
 def first_two_counts(target, drafter, sampling) -> np.ndarray:
