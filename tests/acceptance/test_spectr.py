@@ -2,10 +2,10 @@
 is speculative sampling, K-SEQ accepts at least as often as recursive rejection sampling, and the rule runs
 through the verification loop with ``MultiDraftDrafter``.
 
-χ² tests as in acceptance/test_tree: fixed seeds, FALSE_ALARM = 1e-3 each (tests/stats.py); TRIALS = 3000 keeps every expected
-cell count above 35 on these toy rows. The deliberately wrong variants (ρ = 1; recursive rejection's residual after
-K-SEQ's test) fail the same one-level test with p-values far below 1e-3: their laws lie 0.63 and 0.078 from p in χ²
-distance per trial, a non-centrality of about 1900 and 230 at 3000 trials.
+χ² tests as in acceptance/test_tree: fixed seeds, tests/stats.py's FALSE_ALARM = 1e-3 each; TRIALS = 3000 keeps every
+expected cell count above 35 on these toy rows. The deliberately wrong variants (ρ = 1; recursive rejection's residual
+after K-SEQ's test) fail the same one-level test with p-values far below 1e-3: their laws lie 0.63 and 0.078 from p in
+χ² distance per trial, a non-centrality of about 1900 and 230 at 3000 trials.
 """
 from __future__ import annotations
 

@@ -1,11 +1,11 @@
 """Tree acceptance rules on hand-made distributions (V = 4–6): exactness by χ² tests, chain equivalence, T = 0
 paths, the lossy typical rule, and input checks.
 
-Each trial draws the tree's tokens from q itself, as a drafter would (i.i.d. siblings, siblings without
-replacement, deterministic top-k), so a test covers the whole propose → verify procedure. Every χ² test uses a
-fixed seed and rejects at FALSE_ALARM = 1e-3 (tests/stats.py): were the rule exact, a fresh seed would fail one such test with
-probability 1e-3 (about 0.5% for the five below together). TRIALS = 20 000 per test keeps every expected cell count
-above 100; a deliberately wrong rule fails the same test with p-value far below 1e-3, so the tests can fail.
+Each trial draws the tree's tokens from q itself, as a drafter would (i.i.d. siblings, siblings without replacement,
+deterministic top-k), so a test covers the whole propose → verify procedure. Every χ² test uses a fixed seed and rejects
+at tests/stats.py's FALSE_ALARM = 1e-3: were the rule exact, a fresh seed would fail one such test with probability 1e-3
+(about 0.5% for the five below together). TRIALS = 20 000 per test keeps every expected cell count above 100; a
+deliberately wrong rule fails the same test with p-value far below 1e-3, so the tests can fail.
 """
 import dataclasses
 import math

@@ -36,8 +36,9 @@ T1 = SamplingConfig(temperature=1.0)
 
 @pytest.fixture(scope="module")
 def small_pair():
-    """Target p (tests/helpers.v8_model, as in drafters/test_ngram) and draft q over V = 8. After PROMPT the draft gives the lookup's first token
-    (6) q ≈ 0.48 and its second (3, after 6) q ≈ 0.47, so the inner level accepts and rejects both often."""
+    """Target p (v8_model(), as in drafters/test_ngram) and draft q over V = 8. After PROMPT the draft gives the
+    lookup's first token (6) q ≈ 0.48 and its second (3, after 6) q ≈ 0.47, so the inner level accepts and rejects
+    both often."""
     return v8_model(), v8_model(7)
 
 
