@@ -45,7 +45,7 @@ exists only when m0 > 0, for D between D1 = KL at α = 1/max ρ and KL(p ‖ q);
 optimal acceptance probability is continuous in D up to the blog's shortcut "KL(p ‖ q) ≤ D ⇒
 accept everything" (regime ``ACCEPT_ALL``, π = q). Example: p = (½, ½, 0), q = (0.4, 0.4, 0.2) has
 A*(D) = 1.8 − e^{−D} for 0 ≤ D ≤ ln 1.25, where the blog's family gives 0.8 until it jumps to 1.
-``tests/test_mentored.py`` checks all of this against a generic constrained optimiser.
+``tests/simulations/test_mentored.py`` checks all of this against a generic constrained optimiser.
 
 Algorithm (blog §"Solving the optimization problem"): sort tokens by ρ, precompute partial sums of
 p, q and p·ln(p/q) in that order (the blog's ``Σ_{i≤j} q_i ln(q_i/p_i)`` in its letters), after

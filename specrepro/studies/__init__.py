@@ -2,7 +2,7 @@
 
 A notebook under ``notebooks/`` keeps its parameters cell, its provenance cell, the calls below, its plots and the
 tables it writes; everything that measures or computes a number lives here, where ``tests/studies/`` runs it on the
-tiny models of ``tests/conftest.py``.
+tiny models of ``tests/helpers.py``.
 
 - :mod:`.common`: the run-cache folder and bench runner every study shares, the per-variant summary rows, the
   paired tokens/s ratio and the prompt splits;
