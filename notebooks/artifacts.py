@@ -12,9 +12,10 @@ import csv
 import datetime as _dt
 import json
 import platform
-import subprocess
 import sys
 from pathlib import Path
+
+from specrepro.provenance import git_revision
 
 INDEX_NAME = "index.json"
 
@@ -29,24 +30,17 @@ def find_root(start: Path | None = None) -> Path:
 
 
 def provenance(root: Path, **parameters) -> dict:
-    """Date, git revision, interpreter and library versions, and the notebook's parameters."""
-    def git(*args: str) -> str:
-        try:
-            out = subprocess.run(["git", *args], cwd=root, capture_output=True, text=True, check=True)
-            return out.stdout.strip()
-        except (OSError, subprocess.CalledProcessError):
-            return "unknown"
-
+    """Date, git revision (``specrepro.provenance.git_revision``, the package's one home of it), interpreter and
+    library versions, and the notebook's parameters."""
     versions = {}
     for name in ("numpy", "scipy", "matplotlib"):
         module = sys.modules.get(name)
         versions[name] = getattr(module, "__version__", "not imported")
     # What the notebooks write (figures/, notebooks/executed/) is not a change to the code: with two notebooks running
     # at once, the other one's outputs would otherwise mark every run as made from an uncommitted tree.
-    dirty = git("status", "--porcelain", "--untracked-files=no", "--", ".", ":!figures", ":!notebooks/executed")
     return {
         "date_utc": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
-        "git_revision": git("rev-parse", "HEAD") + (" (with uncommitted changes)" if dirty else ""),
+        "git_revision": git_revision(ignore=("figures", "notebooks/executed"), root=root),
         "python": platform.python_version(),
         "executable": sys.executable,
         **versions,

@@ -1,8 +1,8 @@
 """What every result file records about where it came from, and how result files are written.
 
 One home for the git revision (one format: the commit, with "(with uncommitted changes)" appended when the
-working tree differs; ``git_state`` gives the same facts as data, the files that differ named) and for atomic writes (a temporary file renamed into place, so an interrupted run never
-leaves half a file).
+working tree differs; ``git_state`` gives the same facts as data, the files that differ named) and for atomic
+writes (a temporary file renamed into place, so an interrupted run never leaves half a file).
 """
 from __future__ import annotations
 
@@ -13,11 +13,13 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def git_revision() -> str:
-    """The commit the package runs from, or "unknown" outside a git checkout."""
+def git_revision(ignore: tuple[str, ...] = (), root: Path = ROOT) -> str:
+    """The commit the package runs from, or "unknown" outside a git checkout. Changes under the ``ignore``d paths
+    (the notebooks' own outputs, for the notebooks' provenance) do not count as uncommitted changes."""
     try:
-        rev = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True, check=True)
-        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=ROOT,
+        rev = subprocess.run(["git", "rev-parse", "HEAD"], cwd=root, capture_output=True, text=True, check=True)
+        spec = ["--", ".", *(f":!{path}" for path in ignore)] if ignore else []
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no", *spec], cwd=root,
                                capture_output=True, text=True, check=True)
         return rev.stdout.strip() + (" (with uncommitted changes)" if dirty.stdout.strip() else "")
     except (OSError, subprocess.CalledProcessError):
