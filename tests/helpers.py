@@ -90,3 +90,11 @@ def optimise_pi(p, q, bound):
     pi = np.clip(out.x[:v], 0, None)
     pi = pi / pi.sum()
     return float(np.minimum(q, pi).sum()), reference_kl(p, pi), out.success
+
+
+def check_cache(p_model, drafter, ids) -> None:
+    """The loop's invariant after every step (``speculative_generate(..., on_step=check_cache)``): the target's cache
+    is consistent, holds every committed token but the newest (not yet run through it), and no tree is left on it."""
+    p_model.check()
+    assert p_model.ids == ids[:-1] and p_model.tree is None
+

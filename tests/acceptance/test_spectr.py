@@ -28,7 +28,7 @@ from specrepro.drafters.lm_tree import MultiDraftDrafter, TopKTreeDrafter
 from specrepro.speculative import speculative_generate
 from specrepro.tree import chain_parents, root_path
 from specrepro.warping import sample
-from tests.helpers import PROMPT, V as LOOP_V, v8_model
+from tests.helpers import PROMPT, V as LOOP_V, check_cache, v8_model
 from tests.stats import FALSE_ALARM, chi2_pvalue, exact_first_two
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -287,11 +287,6 @@ def test_siblings_with_different_q_rows_get_one_clear_error():
 def small_pair():
     """Target and draft over V = 8, far apart, so siblings are often rejected (as in drafters/test_lm_tree)."""
     return v8_model(), v8_model(11)
-
-
-def check_cache(p_model, drafter, ids):
-    p_model.check()
-    assert p_model.ids == ids[:-1] and p_model.tree is None
 
 
 @pytest.mark.parametrize("m", [1, 3])

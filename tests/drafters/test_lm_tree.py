@@ -17,7 +17,7 @@ from specrepro.drafters import Drafter, Proposal
 from specrepro.drafters.lm_tree import MultiDraftDrafter, TopKTreeDrafter
 from specrepro.speculative import speculative_generate
 from specrepro.warping import sample
-from tests.helpers import PROMPT, V, v8_model
+from tests.helpers import PROMPT, V, check_cache, v8_model
 from tests.stats import FALSE_ALARM, RUNS, chi2_pvalue, exact_first_two
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -27,11 +27,6 @@ pytestmark = pytest.mark.usefixtures("one_thread")
 def small_pair():
     """Target and draft over V = 8 (far apart, so siblings are often rejected)."""
     return v8_model(), v8_model(11)
-
-
-def check_cache(p_model, drafter, ids):
-    p_model.check()
-    assert p_model.ids == ids[:-1] and p_model.tree is None
 
 
 @pytest.mark.parametrize("make", [lambda d: TopKTreeDrafter(d, k=2), lambda d: TopKTreeDrafter(d, k=3),

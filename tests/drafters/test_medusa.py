@@ -14,7 +14,7 @@ from specrepro.drafters.medusa import (MedusaConfig, MedusaDrafter, MedusaHeads,
 from specrepro.models import tiny_model
 from specrepro.speculative import speculative_generate
 from specrepro.training.medusa import batch_loss, one_head_logits, positions, topk_accuracy
-from tests.helpers import PROMPT, V, loaded, v8_model
+from tests.helpers import PROMPT, V, check_cache, loaded, v8_model
 from tests.stats import FALSE_ALARM, chi2_pvalue, exact_first_two
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -33,11 +33,6 @@ def random_heads(model, k=3, seed=0, scale=0.5):
 def drafter(model, tree_size=8, seed=0):
     config = MedusaConfig(hidden_size=model.config.hidden_size, num_heads=3, target="tiny", rank_probs=RANKS)
     return MedusaDrafter(random_heads(model, seed=seed), config, model.get_output_embeddings(), tree_size=tree_size)
-
-
-def check_cache(p_model, d, ids):
-    p_model.check()
-    assert p_model.ids == ids[:-1]
 
 
 @pytest.mark.parametrize("tree_size", [1, 4, 12])

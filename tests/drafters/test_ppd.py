@@ -21,7 +21,7 @@ from specrepro.methods import REGISTRY
 from specrepro.models import tiny_model
 from specrepro.speculative import speculative_generate
 from specrepro.training.ppd import (PPDTrainConfig, Student, loss_for, run_prefix, student_logits, topk_accuracy)
-from tests.helpers import PROMPT, V, v8_model
+from tests.helpers import PROMPT, V, check_cache, v8_model
 from tests.stats import FALSE_ALARM, chi2_pvalue, exact_first_two
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -35,11 +35,6 @@ def ppd_drafter(model, size=8, e=1, seed=0, scale=1.0):
     config = PPDConfig(hidden_size=hidden, prompt_tokens=3, epts=e, target="tiny", rank_probs=RANKS)
     tokens = PromptTokens(hidden, 3, e, init=scale * torch.randn(3 * e, hidden, generator=g))
     return PPDDrafter(tokens, config, model.get_output_embeddings(), tree_size=size)
-
-
-def check_cache(p_model, d, ids):
-    p_model.check()
-    assert p_model.ids == ids[:-1]
 
 
 @pytest.fixture(scope="module", params=["sdpa", "eager"])
