@@ -699,8 +699,15 @@ def ppd_fig8(t: Tables) -> Outcome:
     measured = t.rows(PPD_FIG8C)
     sizes = {r["tree_size"] for r in measured}
     theory = [r for r in t.rows(PPD_FIG8B) if r["tree_size"] in sizes]
-    theory_best = max(theory, key=lambda r: num(r, "speedup_theory_tau"))["tree_size"]
     fastest = max(measured, key=lambda r: num(r, "measured_speedup"))
+    if not theory:  # the measured sizes (the device's hardware-aware size and the fixed ones) are off the theory grid
+        lead = "leads" if dynamic_best else "does not lead"
+        return Outcome(f"the dynamic tree's τ {lead} at every size; measured at tree sizes "
+                       f"{', '.join(sorted(sizes, key=int))}, fastest {fastest['tree_size']} "
+                       f"({num(fastest, 'measured_speedup'):.2f}x); the theory grid holds none of these sizes",
+                       NOT_COMPARABLE, "the hardware-aware size this device chose is not on the theory's size grid, so "
+                       "the theory's best size cannot be checked against a measured one")
+    theory_best = max(theory, key=lambda r: num(r, "speedup_theory_tau"))["tree_size"]
     said = (f"dynamic τ above static and random at {sum(num(r, 'tau_dynamic') > num(r, 'tau_static') for r in trees)}"
             f" of {len(trees)} sizes; theory's best size {theory_best}, fastest measured {fastest['tree_size']} "
             f"({num(fastest, 'measured_speedup'):.2f}x)")
