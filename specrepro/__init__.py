@@ -2,16 +2,28 @@
 
 Notation: p = target model, q = draft model, γ = draft tokens per step, α = acceptance rate,
 c = draft/target cost ratio, β = cost of verifying γ+1 tokens relative to decoding one.
-"""
-from .acceptance import greedy_match, speculative_sampling
-from .config import DecodeConfig, SamplingConfig
-from .generate import encode_prompt, generate, generate_ids
-from .models import LoadedModel, check_pair, load_draft, load_model
-from .record import GenerationRecord
 
+The names below load with their modules on first use (PEP 562), so that ``python -m specrepro`` starts without
+torch and a Ctrl-C while it loads is one line, not a traceback (``specrepro.cli``).
+"""
+from importlib import import_module
+
+_WHERE = {
+    "greedy_match": "acceptance", "speculative_sampling": "acceptance",
+    "DecodeConfig": "config", "SamplingConfig": "config",
+    "encode_prompt": "generate", "generate": "generate", "generate_ids": "generate",
+    "LoadedModel": "models", "check_pair": "models", "load_draft": "models", "load_model": "models",
+    "GenerationRecord": "record",
+}
 __all__ = [
     "DecodeConfig", "SamplingConfig", "GenerationRecord", "LoadedModel",
     "load_model", "load_draft", "check_pair", "generate", "generate_ids", "encode_prompt",
     "speculative_sampling", "greedy_match",
 ]
 __version__ = "0.1.0"
+
+
+def __getattr__(name: str):
+    if name in _WHERE:
+        return getattr(import_module(f".{_WHERE[name]}", __name__), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -5,27 +5,32 @@ import argparse
 import json
 import sys
 
-from .cli import Parser, existing_file, positive_int
-from .acceptance import TREE_RULES
-from .config import PRESETS, DecodeConfig, SamplingConfig
-from .methods import METHODS, OUR_METHODS, REGISTRY, Method, check_parameters_taken, method, parameter_fields
+from .cli import (Parser, check_writable, device, existing_file, interrupted_while_starting, non_negative_int,
+                  positive_int, resume_command, run_command, threads)
+
+with interrupted_while_starting():  # torch and transformers load here: a Ctrl-C meanwhile is one line too
+    from .acceptance import TREE_RULES
+    from .config import PRESETS, DecodeConfig, SamplingConfig
+    from .methods import (METHODS, OUR_METHODS, REGISTRY, RUN_FLAGS, Method, check_parameters_taken, method,
+                          parameter_fields)
 
 
 def add_decode_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--target", default="smollm2-135m-instruct", help="zoo name, local folder or hub id")
     p.add_argument("--draft", default=None, help="zoo name, local folder, hub id, or layers:K (self-draft)")
-    p.add_argument("--max-new-tokens", type=int, default=64)
+    p.add_argument("--max-new-tokens", type=positive_int, default=64)
     p.add_argument("--temperature", type=float, default=None, help="0 (default): argmax")
     p.add_argument("--top-k", type=int, default=None, help="keep the k most likely tokens (default 0: all)")
     p.add_argument("--top-p", type=float, default=None, help="nucleus mass (default 1: all)")
     p.add_argument("--preset", default=None, choices=sorted(PRESETS),
                    help="a named warping instead of --temperature/--top-k/--top-p: mjsd = the MJSD paper's top-k 20 "
                         "then top-p 0.9 at T = 1 (its 'greedy' baseline is ar sampling with it)")
-    p.add_argument("--gamma", type=gamma_arg, default=4,
-                   help="draft tokens per step, or auto: chosen each step from the device profile and α so far")
-    p.add_argument("--tree-size", type=int, default=None,
+    p.add_argument("--gamma", type=gamma_arg, default=None,
+                   help="draft tokens per step (default 4), or auto: chosen each step from the device profile and α "
+                        "so far")
+    p.add_argument("--tree-size", type=positive_int, default=None,
                    help="nodes of the draft tree for tree methods (medusa, ppd; default: the hardware-aware size)")
-    p.add_argument("--acceptance", default="exact", choices=tuple(TREE_RULES),
+    p.add_argument("--acceptance", default=None, choices=tuple(TREE_RULES),
                    help="verification rule: exact (lossless, default), greedy (T = 0 only) or typical "
                         "(Medusa's typical acceptance: LOSSY, faster at T > 0); spectr, mjsd, bild and mentored are "
                         "their methods' own rules")
@@ -38,7 +43,7 @@ def add_decode_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--dtype", default="auto",
                    help="auto (default: the fastest for the method per the device profile), bf16, fp16 or fp32")
-    p.add_argument("--device", default=None, help="cpu or cuda (default: cuda when available)")
+    p.add_argument("--device", type=device, default=None, help="cpu or cuda (default: cuda when available)")
     p.add_argument("--no-chat-template", action="store_true", help="feed the prompt as plain text")
 
 
@@ -53,16 +58,25 @@ def sampling_from(args: argparse.Namespace) -> SamplingConfig:
     return SamplingConfig(**given)
 
 
+DEFAULT_GAMMA, DEFAULT_ACCEPTANCE = 4, "exact"  # what --gamma and --acceptance mean when not given
+
+
 def given_params(args: argparse.Namespace) -> dict:
     """The method parameters given on the command line: {field name: value} (each has a flag of its name)."""
     return {name: getattr(args, name) for name in parameter_fields() if getattr(args, name, None) is not None}
 
 
+def given_settings(args: argparse.Namespace) -> dict:
+    """The method parameters and the run-wide settings (``RUN_FLAGS``: --gamma, --tree-size, --acceptance, --draft,
+    --ngram-table) given on the command line."""
+    return {**given_params(args), **{name: getattr(args, name) for name in RUN_FLAGS
+                                      if getattr(args, name, None) is not None}}
+
+
 def params_from(args: argparse.Namespace, spec: Method):
-    """``spec``'s parameters from the command line; a parameter flag it does not take is one clear error."""
-    given = given_params(args)
-    check_parameters_taken(given, [spec])
-    return spec.params_from(given)
+    """``spec``'s parameters from the command line; a setting it does not read is one clear error."""
+    check_parameters_taken(given_settings(args), [spec])
+    return spec.params_from(given_params(args))
 
 
 def gamma_arg(value: str) -> int | str:
@@ -89,7 +103,7 @@ def plan_generate(spec: Method, args: argparse.Namespace, config: DecodeConfig):
     draft = args.draft if spec.cost.draft_cost else None
     profiles = lazy_profiles(lambda dtype: get_profile(args.target, draft, dtype, device=device,
                                                        threads=args.threads))
-    request = RunRequest(dtype=args.dtype, gamma=args.gamma, tree_size=args.tree_size, target=args.target,
+    request = RunRequest(dtype=args.dtype, gamma=config.gamma, tree_size=args.tree_size, target=args.target,
                          alpha_prior=draft_alpha_prior(draft, config.sampling.temperature) if draft else None,
                          tree_weights=args.draft if spec.token_tree else None, candidates=candidate_dtypes(device),
                          dtype_reason="named with --dtype", tree_size_reason="named with --tree-size")
@@ -97,35 +111,56 @@ def plan_generate(spec: Method, args: argparse.Namespace, config: DecodeConfig):
     return plan, {**plan.provenance(), "cpu_kernel_flags": cpu_info()["kernel_flags"]}
 
 
+def check_generate(spec: Method, args: argparse.Namespace) -> tuple[DecodeConfig, list[tuple[str, list]]]:
+    """The whole ``generate`` run checked before a model loads: the method and every setting it is given, the models'
+    names, and every prompt against the target's context (its tokenizer only). Returns the config and the prompts."""
+    from .decoding import check_prompt
+    from .generate import encode_prompt
+    from .methods import Needs
+    from .models import LoadedModel, check_model_name, load_tokenizer
+    from .prompts import load_prompts_file
+
+    if spec.name not in OUR_METHODS:
+        raise ValueError(f"{spec.name!r} is a transformers baseline: it runs in bench (generate runs "
+                         f"{', '.join(OUR_METHODS)})")
+    config = spec.config(max_new_tokens=args.max_new_tokens, sampling=sampling_from(args),
+                         gamma=DEFAULT_GAMMA if args.gamma is None else args.gamma, tree_size=args.tree_size,
+                         acceptance=args.acceptance or DEFAULT_ACCEPTANCE, seed=args.seed,
+                         params=params_from(args, spec))
+    if spec.needs is Needs.NGRAM_TABLE and args.ngram_table is None:
+        raise ValueError(f"--method {spec.name} needs --ngram-table FILE (an .npz written by NGramTable.save)")
+    if spec.needs is Needs.DRAFT_MODEL:
+        if args.draft is None:
+            raise ValueError(f"--method {spec.name} needs --draft NAME")
+        check_model_name(args.draft, "--draft")
+    if args.prompt is not None:
+        prompts = [("prompt", [("user", args.prompt)], "--prompt")]
+    else:
+        prompts = [(p.id, list(p.messages), p.where) for p in load_prompts_file(args.prompts)]
+    check_model_name(args.target, "--target")
+    found = load_tokenizer(args.target)
+    if found is not None:
+        tokenizer, context = found
+        for _, messages, where in prompts:
+            ids = encode_prompt(LoadedModel(args.target, None, tokenizer), messages, not args.no_chat_template)
+            check_prompt(ids, config, context, where)
+    return config, [(prompt_id, messages) for prompt_id, messages, _ in prompts]
+
+
 def cmd_generate(args: argparse.Namespace) -> int:
     from .generate import generate
     from .models import load_draft, load_model
     from .methods import Needs
-    from .prompts import load_prompts_file
 
     spec = method(args.method)
-    if spec.name not in OUR_METHODS:
-        raise ValueError(f"{spec.name!r} is a transformers baseline: it runs in bench (generate runs "
-                         f"{', '.join(OUR_METHODS)})")
-    config = spec.config(max_new_tokens=args.max_new_tokens, gamma=args.gamma, sampling=sampling_from(args),
-                         tree_size=args.tree_size, acceptance=args.acceptance, seed=args.seed,
-                         params=params_from(args, spec))
-    if spec.needs is Needs.NGRAM_TABLE and args.ngram_table is None:
-        raise ValueError(f"--method {spec.name} needs --ngram-table FILE (an .npz written by NGramTable.save)")
-    if spec.needs is Needs.DRAFT_MODEL and args.draft is None:
-        raise ValueError(f"--method {spec.name} needs --draft NAME")
-    if args.prompt is not None:
-        prompts = [("prompt", [("user", args.prompt)])]
-    else:
-        prompts = [(p.id, list(p.messages)) for p in load_prompts_file(args.prompts)]
-
+    config, prompts = check_generate(spec, args)
     plan, provenance = plan_generate(spec, args, config)
     target = load_model(args.target, dtype=plan.dtype, device=args.device)  # once per invocation
     draft_model = load_draft(args.draft, target) if spec.needs is Needs.DRAFT_MODEL else None
     source = spec.needs.source(draft_model, args.ngram_table, weights=args.draft)
     config = plan.config(config)
     draft = spec.build_drafter(source, target, config) if spec.drafter is not None else None
-    for prompt_id, messages in prompts:
+    for n, (prompt_id, messages) in enumerate(prompts, start=1):
         rec = generate(target, messages, config, draft=draft, chat_template=not args.no_chat_template,
                        gamma_policy=plan.gamma_policy, provenance=provenance)
         if args.json:
@@ -136,6 +171,7 @@ def cmd_generate(args: argparse.Namespace) -> int:
             alpha = f"{rec.alpha:.3f}" if rec.alpha is not None else "-"
             print(f"[{prompt_id}] {rec.text}\n-- {rec.new_tokens} tokens, {rec.tokens_per_s:.1f} tok/s, "
                   f"{rec.target_calls} target calls, alpha {alpha}", flush=True)
+        args.kept = f"printed {n} of {len(prompts)} outputs"
     return 0
 
 
@@ -152,20 +188,20 @@ def build_parser() -> argparse.ArgumentParser:
     gen.add_argument("--json", action="store_true", help="print one JSON object per prompt (JSON Lines)")
     gen.add_argument("--ngram-table", type=existing_file, default=None,
                      help="n-gram table (.npz) for --method unigram / bigram")
-    gen.add_argument("--threads", type=positive_int, default=None, help="torch.set_num_threads (default: torch's)")
-    gen.set_defaults(func=cmd_generate)
+    gen.add_argument("--threads", type=threads, default=None, help="torch.set_num_threads (default: torch's)")
+    gen.set_defaults(func=cmd_generate, interrupted=generate_interrupted, kept="printed no output")
 
     cal = sub.add_parser("calibrate", help="measure the device profile: c, L_fp(n), β(n) per dtype (cached)")
     cal.add_argument("--target", default="smollm2-135m-instruct", help="zoo name, local folder or hub id")
     cal.add_argument("--draft", default=None, help="draft model (for c); none: the target alone")
     cal.add_argument("--dtype", default="auto", help="auto (every candidate dtype of the device), bf16, fp16 or fp32")
-    cal.add_argument("--device", default=None, help="cpu or cuda (default: cuda when available)")
-    cal.add_argument("--threads", type=positive_int, default=None, help="torch.set_num_threads (default: torch's)")
+    cal.add_argument("--device", type=device, default=None, help="cpu or cuda (default: cuda when available)")
+    cal.add_argument("--threads", type=threads, default=None, help="torch.set_num_threads (default: torch's)")
     cal.add_argument("--out", default=None, help="also write the profile(s) here (a .json file, or a folder)")
     cal.add_argument("--recalibrate", action="store_true", help="measure again even if a cached profile exists")
-    cal.add_argument("--repeats", type=int, default=5, help="timed rounds per median")
-    cal.add_argument("--context-tokens", type=int, default=256, help="length of the cached prefix")
-    cal.set_defaults(func=cmd_calibrate)
+    cal.add_argument("--repeats", type=positive_int, default=5, help="timed rounds per median")
+    cal.add_argument("--context-tokens", type=positive_int, default=256, help="length of the cached prefix")
+    cal.set_defaults(func=cmd_calibrate, interrupted=calibrate_interrupted, kept=[])
 
     bench = sub.add_parser("bench", help="benchmark methods on a prompt suite (see specrepro.bench)")
     bench.add_argument("--methods", required=True,
@@ -174,21 +210,22 @@ def build_parser() -> argparse.ArgumentParser:
     src = bench.add_mutually_exclusive_group(required=True)
     src.add_argument("--suite", help="offline suite: instruct, chat, math, summarize, humaneval or mixed")
     src.add_argument("--prompts", type=existing_file, help='JSON Lines file, one {"prompt": ...} per line')
-    bench.add_argument("--limit", type=int, default=None, help="run only the first N prompts")
+    bench.add_argument("--limit", type=positive_int, default=None, help="run only the first N prompts")
     add_decode_args(bench)
-    bench.add_argument("--repeats", type=int, default=1)
+    bench.add_argument("--repeats", type=positive_int, default=1)
     bench.add_argument("--out", required=True, help="output directory (an interrupted run resumes there)")
-    bench.add_argument("--threads", type=positive_int, default=None, help="torch.set_num_threads (default: torch's)")
+    bench.add_argument("--threads", type=threads, default=None, help="torch.set_num_threads (default: torch's)")
     bench.add_argument("--ngram-table", type=existing_file, default=None, help="n-gram table (.npz) for unigram / bigram")
-    bench.add_argument("--warmup-tokens", type=int, default=16, help="tokens per warm-up run (0: no warm-up)")
+    bench.add_argument("--warmup-tokens", type=non_negative_int, default=16,
+                       help="tokens per warm-up run (0: no warm-up)")
     bench.add_argument("--no-progress", action="store_true", help="no progress bar")
     bench.add_argument("--no-quality", action="store_true",
                        help="skip the quality scores (perplexity under the target, ROUGE-L) of every record")
-    bench.add_argument("--gamma-max", type=int, default=16, help="largest γ that --gamma auto considers")
-    bench.set_defaults(func=cmd_bench)
+    bench.add_argument("--gamma-max", type=positive_int, default=16, help="largest γ that --gamma auto considers")
+    bench.set_defaults(func=cmd_bench, interrupted=bench_interrupted)
 
     listing = sub.add_parser("methods", help="list every method: its loop, cost, needs, parameters and summary")
-    listing.set_defaults(func=cmd_methods)
+    listing.set_defaults(func=cmd_methods, interrupted=lambda args, argv: "nothing to keep")
     return parser
 
 
@@ -221,12 +258,18 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
     import torch
 
     from .metrics.profile import DEFAULT_ALPHA_PRIOR, candidate_dtypes, choose_dtype, dtype_name, get_profile
-    from .models import default_device, draft_alpha_prior
+    from .models import check_model_name, default_device, draft_alpha_prior
 
     device = torch.device(args.device) if args.device else default_device()
     dtypes = candidate_dtypes(device) if args.dtype == "auto" else (dtype_name(args.dtype),)
-    if args.out is not None and len(dtypes) > 1 and Path(args.out).suffix == ".json":
-        raise ValueError("--dtype auto writes one profile per dtype: give --out a folder, not a .json file")
+    check_model_name(args.target, "--target")
+    if args.draft is not None:
+        check_model_name(args.draft, "--draft")
+    if args.out is not None:  # checked before anything is measured
+        one_file = Path(args.out).suffix == ".json"
+        if one_file and len(dtypes) > 1:
+            raise ValueError("--dtype auto writes one profile per dtype: give --out a folder, not a .json file")
+        check_writable(args.out, "--out", folder=not one_file)
     alpha = draft_alpha_prior(args.draft) if args.draft else None
     profiles = {}
     for dtype in dtypes:
@@ -236,6 +279,7 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
         profiles[dtype] = get_profile(args.target, args.draft, dtype, device=device, threads=args.threads,
                                       recalibrate=args.recalibrate, context_tokens=args.context_tokens,
                                       repeats=args.repeats, out=out)
+        args.kept.append(dtype)
     for dtype, p in profiles.items():
         betas = " ".join(f"β({n})={p.beta(n):.2f}" for n in range(2, 10))
         c = f"c={p.c:.3f}" if p.c is not None else "c=- (no draft)"
@@ -250,22 +294,44 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
     return 0
 
 
-def cmd_bench(args: argparse.Namespace) -> int:
+def check_bench(args: argparse.Namespace):
+    """The bench's settings checked before anything loads: each given setting is read by some listed method, and
+    --out can be written. Returns the BenchConfig (which checks every label, value and parameter)."""
     from pathlib import Path
 
-    from .bench import BenchConfig, format_summary, run_bench
+    from .bench import BenchConfig
+    from .methods import Needs
+    from .models import check_model_name
 
+    check_writable(args.out, "--out")
+    check_model_name(args.target, "--target")
     source = f"suite:{args.suite}" if args.suite else f"file:{Path(args.prompts).resolve()}"
     sampling = sampling_from(args)
     config = BenchConfig(
         methods=tuple(m.strip() for m in args.methods.split(",") if m.strip()), target=args.target,
         draft=args.draft, prompts=source, limit=args.limit, max_new_tokens=args.max_new_tokens,
         temperature=sampling.temperature, top_k=sampling.top_k, top_p=sampling.top_p, preset=args.preset,
-        gamma=args.gamma, gamma_max=args.gamma_max, tree_size=args.tree_size, acceptance=args.acceptance,
+        gamma=DEFAULT_GAMMA if args.gamma is None else args.gamma, gamma_max=args.gamma_max,
+        tree_size=args.tree_size, acceptance=args.acceptance or DEFAULT_ACCEPTANCE,
         params=tuple(given_params(args).items()), quality=not args.no_quality,
         repeats=args.repeats, seed=args.seed, dtype=args.dtype, device=args.device, threads=args.threads,
         ngram_table=str(Path(args.ngram_table).resolve()) if args.ngram_table else None,
         chat_template=not args.no_chat_template, warmup_tokens=args.warmup_tokens)
+    variants = config.variants()
+    settings = given_settings(args)
+    check_parameters_taken({k: v for k, v in settings.items() if k != "draft"}, [v.method for v in variants])
+    if args.draft is not None:  # in bench, medusa and ppd run the zoo's weights: --draft is the draft model only
+        if not any(v.method.needs is Needs.DRAFT_MODEL for v in variants):
+            raise ValueError(f"--draft {args.draft}: none of {', '.join(config.methods)} drafts with a model (bench "
+                             f"runs medusa and ppd with the zoo's weights)")
+        check_model_name(args.draft, "--draft")
+    return config
+
+
+def cmd_bench(args: argparse.Namespace) -> int:
+    from .bench import format_summary, run_bench
+
+    config = check_bench(args)
     result = run_bench(config, args.out, progress=not args.no_progress)
     print(format_summary(result.summary))
     print(f"records, summary.csv and provenance.json in {result.out}")
@@ -278,13 +344,40 @@ def cmd_bench(args: argparse.Namespace) -> int:
     return 0
 
 
+# What Ctrl-C keeps, said in one line with the command that goes on (cli.run_command).
+
+def generate_interrupted(args: argparse.Namespace, argv: list[str]) -> str:
+    return f"{args.kept}; the same command runs every prompt again: {resume_command(argv)}"
+
+
+def calibrate_interrupted(args: argparse.Namespace, argv: list[str]) -> str:
+    kept = f"the {', '.join(args.kept)} profile(s) are cached" if args.kept else "no profile was finished"
+    return f"{kept}; resume (a cached profile is not measured again): {resume_command(argv)}"
+
+
+def bench_interrupted(args: argparse.Namespace, argv: list[str]) -> str:
+    from pathlib import Path
+
+    from .bench import load_records
+
+    out = Path(args.out)
+    n = len(load_records(out)) if out.is_dir() else 0
+    where = f"in {out}/records.jsonl" if n else "(nothing written)"
+    return f"kept {n} record{'' if n == 1 else 's'} {where}; resume: {resume_command(argv)}"
+
+
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
-    try:
-        return args.func(args)
-    except ValueError as err:  # bad input: one clear line, no traceback
-        print(f"specrepro: error: {err}", file=sys.stderr)
-        return 2
+    argv = sys.argv[1:] if argv is None else list(argv)
+    parsed: list[argparse.Namespace] = []
+
+    def work() -> int:
+        parsed.append(build_parser().parse_args(argv))
+        return parsed[0].func(parsed[0])
+
+    def interrupted() -> str:
+        return (parsed[0].interrupted(parsed[0], argv) if parsed else
+                f"nothing was done; run it again: {resume_command(argv)}")
+    return run_command(work, interrupted)
 
 
 if __name__ == "__main__":

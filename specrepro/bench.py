@@ -47,10 +47,12 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import fcntl
 import hashlib
 import json
 import os
 import platform
+import shutil
 import statistics
 import sys
 import time
@@ -64,7 +66,7 @@ from .bench_summary import (SUMMARY_COLUMNS, format_summary, mismatches, pooled_
                             read_summary, summarize, write_summary)
 from .acceptance import TREE_RULES
 from .config import DecodeConfig, SamplingConfig
-from .decoding import eos_ids, model_device
+from .decoding import check_prompt, eos_ids, model_device
 from .drafters import Drafter
 from .generate import encode_prompt, generate_ids
 from .hf_baselines import assisted_unsupported, hf_generate
@@ -72,10 +74,12 @@ from .methods import METHODS, Cost, Loop, Method, Needs, check_parameters_taken,
 from .metrics.energy import open_meter
 from .metrics.quality import perplexity, rouge_l
 from .metrics.profile import DEFAULT_NS, Profile, ProfileKey, candidate_dtypes, cpu_info, dtype_name, measure
-from .models import LoadedModel, default_device, draft_alpha_prior, load_draft, load_model, parse_dtype
+from .models import (LoadedModel, default_device, draft_alpha_prior, load_draft, load_model, load_tokenizer,
+                     parse_dtype)
 from .plan import Plan, RunRequest, plan_run
 from .prompts import load_prompts_file, load_suite
-from .provenance import atomic_write_text, git_revision
+from .cli import check_writable
+from .provenance import atomic_write_bytes, atomic_write_text, git_revision
 
 __all__ = ["SUMMARY_COLUMNS", "BenchConfig", "BenchPrompt", "BenchResult", "ResumeMismatch", "Variant",
            "format_summary", "load_records", "predicted_speedup", "read_summary", "run_bench", "run_sweep",
@@ -83,6 +87,7 @@ __all__ = ["SUMMARY_COLUMNS", "BenchConfig", "BenchPrompt", "BenchResult", "Resu
 
 ALL_METHODS = METHODS  # the registry's: ours and transformers' baselines
 DTYPE_FIELDS = ("auto", "bf16", "fp16", "fp32")
+LOCK = ".lock"  # in a run folder: held (flock) by the process running a bench there
 
 
 def _param_field(spec: Method, field: str) -> tuple[str, int | float] | None:
@@ -196,11 +201,17 @@ class BenchConfig:
             dtype_name(self.dtype)  # one clear error for an unknown dtype
         if self.repeats < 1:
             raise ValueError(f"repeats must be >= 1, got {self.repeats}")
+        if self.limit is not None and self.limit < 1:
+            raise ValueError(f"--limit must be >= 1 (the first N prompts), got {self.limit}")
+        if self.warmup_tokens < 0:
+            raise ValueError(f"--warmup-tokens must be >= 0 (0: no warm-up), got {self.warmup_tokens}")
         if self.gamma_max < 1:
             raise ValueError(f"gamma_max must be >= 1, got {self.gamma_max}")
         object.__setattr__(self, "params", tuple(sorted(dict(self.params).items())))  # one order, as stored
         variants = self.variants()  # validates every label
-        check_parameters_taken(dict(self.params), [v.method for v in variants])
+        given = {**dict(self.params), **({} if self.acceptance == "exact" else {"acceptance": self.acceptance}),
+                 **({} if self.tree_size is None else {"tree_size": self.tree_size})}
+        check_parameters_taken(given, [v.method for v in variants])
         if self.temperature != 0 and any(v.method.loop is Loop.MJGD for v in variants):
             raise ValueError("mjgd searches for the argmax of the joint likelihood: it runs at temperature 0 only")
         for v in variants:
@@ -242,6 +253,7 @@ class BenchPrompt:
     id: str
     ids: list[int]  # encoded prompt, chat template applied
     reference: str | None = None  # a reference answer (ROUGE-L), where the suite has one
+    where: str = ""  # how an error names it: "<file>:<line>", or its suite and id
 
 
 @dataclass
@@ -257,40 +269,121 @@ class BenchResult:
 # -------------------------------------------------------------------------------------- run files
 
 
+BENCH_FILES = ("config.json", "provenance.json", "records.jsonl", "summary.csv", LOCK)  # what a run folder holds
+
+
 def check_config(out: Path, config: BenchConfig, ignore: Sequence[str] = ()) -> None:
-    """Refuse to resume into ``out`` if its config.json differs from ``config`` (``ignore``d keys aside)."""
+    """Refuse to resume into ``out`` if its config.json differs from ``config`` (``ignore``d keys aside), or is not a
+    bench's at all (a model folder's)."""
     path = Path(out) / "config.json"
     if not path.exists():
         return
-    stored, current = BenchConfig.normalised(json.loads(path.read_text())), config.to_dict()
+    try:
+        stored = json.loads(path.read_text())
+    except (ValueError, OSError) as err:
+        raise ValueError(f"--out {out}: its config.json cannot be read as a bench's ({err})") from None
+    if not isinstance(stored, dict) or not {"methods", "target", "prompts"} <= set(stored):
+        raise ValueError(f"--out {out} is not a bench folder: its config.json is not a bench's (a model's?); "
+                         f"choose a new or empty folder")
+    stored, current = BenchConfig.normalised(stored), config.to_dict()
     diff = sorted(k for k in set(stored) | set(current)
                   if k not in ignore and stored.get(k, "<missing>") != current.get(k, "<missing>"))
     if diff:
-        lines = "; ".join(f"{k}: stored {stored.get(k, '<missing>')!r}, now {current.get(k, '<missing>')!r}"
-                          for k in diff)
-        raise ResumeMismatch(f"{out} holds a benchmark made with different arguments ({lines}); "
-                             f"use another --out directory or delete {out}")
+        short = lambda v: repr(v) if len(repr(v)) <= 40 else repr(v)[:37] + "..."
+        lines = "; ".join(f"{k}: stored {short(stored.get(k, '<missing>'))}, now {short(current.get(k, '<missing>'))}"
+                          for k in diff[:3]) + (f"; and {len(diff) - 3} more" if len(diff) > 3 else "")
+        raise ResumeMismatch(f"--out {out} holds a benchmark made with other arguments ({lines}); resume it with "
+                             f"its own arguments (in its config.json) or use another --out")
+
+
+def read_records(out: Path) -> tuple[list[bytes], list[str]]:
+    """The lines of ``out``/records.jsonl that are records, in order, each (method, prompt_id, repeat) once, and what
+    is wrong with the others, naming their line: not JSON, not a record, cut short, or a key written twice."""
+    path = Path(out) / "records.jsonl"
+    if not path.exists():
+        return [], []
+    good, problems, seen = [], [], set()
+    with open(path, "rb") as handle:
+        for n, line in enumerate(handle, start=1):
+            try:
+                if not line.endswith(b"\n"):
+                    raise ValueError("cut short")
+                key = record_key(json.loads(line))
+            except (ValueError, KeyError, TypeError) as err:
+                problems.append(f"records.jsonl:{n} is not a record ({type(err).__name__}: {str(err)[:60]})")
+                continue
+            if key in seen:
+                problems.append(f"records.jsonl:{n} repeats the record of {key}")
+                continue
+            seen.add(key)
+            good.append(line)
+    return good, problems
 
 
 def load_records(out: Path) -> list[dict]:
-    """Records written so far. A last line cut short by an interruption is dropped from the file."""
-    path = Path(out) / "records.jsonl"
-    if not path.exists():
-        return []
-    records, good_bytes = [], 0
-    with open(path, "rb") as handle:
-        for line in handle:
-            try:
-                if not line.endswith(b"\n"):
-                    raise ValueError("no newline")
-                records.append(json.loads(line))
-            except ValueError:
-                break
-            good_bytes += len(line)
-    if good_bytes < path.stat().st_size:
-        with open(path, "r+b") as handle:
-            handle.truncate(good_bytes)
-    return records
+    """The records written so far, each (method, prompt_id, repeat) once; the file is not changed."""
+    return [json.loads(line) for line in read_records(out)[0]]
+
+
+def repair_records(out: Path) -> list[dict]:
+    """The records, with damage reported, never silently repaired: when a line is not a record (or repeats one),
+    the file as found is moved aside to records.jsonl.damaged-<time>, the valid records are kept byte for byte, and
+    each problem is said on stderr; the missing records are then measured again."""
+    good, problems = read_records(out)
+    if problems:
+        path = Path(out) / "records.jsonl"
+        aside = path.with_name(f"records.jsonl.damaged-{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime())}")
+        shutil.copy2(path, aside)
+        atomic_write_bytes(path, b"".join(good))
+        for line in problems[:5] + ([f"and {len(problems) - 5} more"] if len(problems) > 5 else []):
+            print(f"specrepro bench: {line}", file=sys.stderr)
+        print(f"specrepro bench: kept the {len(good)} valid records of {path}; the file as found is {aside.name}; "
+              f"the missing records are measured again", file=sys.stderr)
+    return [json.loads(line) for line in good]
+
+
+class RunFolder:
+    """A bench's ``--out`` folder, held by one process: an exclusive ``flock`` on DIR/.lock (the holder's pid in it)
+    from the first look at a folder that exists, or from its creation. A folder that this call created and that kept
+    no record is removed again if the call fails or is interrupted, so nothing half-written stays."""
+
+    def __init__(self, out: Path):
+        self.out, self.created, self.handle = Path(out), False, None
+
+    def __enter__(self) -> "RunFolder":
+        check_writable(self.out, "--out")
+        if self.out.is_dir():
+            self.lock()
+        return self
+
+    def create(self) -> None:
+        if not self.out.exists():
+            self.out.mkdir(parents=True)
+            self.created = True
+        if self.handle is None:
+            self.lock()
+
+    def lock(self) -> None:
+        handle = open(self.out / LOCK, "a+")
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            handle.seek(0)
+            pid = handle.read().strip()
+            handle.close()
+            raise ValueError(f"--out {self.out}: another process{f' (pid {pid})' if pid else ''} is running a bench "
+                             f"there; wait for it to finish, or use another --out") from None
+        handle.seek(0)
+        handle.truncate()
+        handle.write(f"{os.getpid()}\n")
+        handle.flush()
+        self.handle = handle
+
+    def __exit__(self, kind, err, tb) -> None:
+        if kind is not None and self.created and not read_records(self.out)[0]:
+            shutil.rmtree(self.out, ignore_errors=True)
+        if self.handle is not None:
+            self.handle.close()  # releases the lock
 
 
 def record_key(record: dict) -> tuple[str, str, int]:
@@ -324,7 +417,7 @@ def _session_info(config: BenchConfig, device: torch.device) -> dict:
 
 
 def encode_prompts(target: LoadedModel, source: str, limit: int | None, chat_template: bool) -> list[BenchPrompt]:
-    """``suite:NAME`` or ``file:PATH`` -> encoded prompts."""
+    """``suite:NAME`` or ``file:PATH`` -> the first ``limit`` prompts, encoded (only ``target.tokenizer`` is read)."""
     kind, _, name = source.partition(":")
     if kind == "suite":
         prompts = load_suite(name, limit=limit)
@@ -332,8 +425,8 @@ def encode_prompts(target: LoadedModel, source: str, limit: int | None, chat_tem
         prompts = load_prompts_file(name)[:limit]
     else:
         raise ValueError(f"prompt source must be suite:NAME or file:PATH, got {source!r}")
-    return [BenchPrompt(p.id, encode_prompt(target, list(p.messages), chat_template), p.extra.get("reference"))
-            for p in prompts]
+    return [BenchPrompt(p.id, encode_prompt(target, list(p.messages), chat_template), p.extra.get("reference"),
+                        p.where) for p in prompts]
 
 
 def _digest(prompts: Sequence[BenchPrompt]) -> str:
@@ -469,7 +562,7 @@ class _Run:
         self.prov_path = out / "provenance.json"
         self.provenance = (json.loads(self.prov_path.read_text()) if self.prov_path.exists()
                            else {"config": config.to_dict(), "sessions": []})
-        self.records = load_records(out)
+        self.records = repair_records(out)
         done = {record_key(r) for r in self.records}
         self.done = len(done)
         self.todo = [(p, r, v.label) for p in prompts for r in range(config.repeats) for v in self.variants
@@ -649,14 +742,28 @@ def _warn_if_busy(session: dict) -> None:
               f"noisy{advice}", file=sys.stderr)
 
 
-def _bench_prompts(models: _Models, config: BenchConfig, prompts: Sequence[BenchPrompt] | None) -> list[BenchPrompt]:
+def _bench_prompts(config: BenchConfig, prompts: Sequence[BenchPrompt] | None,
+                   target: LoadedModel | None) -> list[BenchPrompt]:
+    """The run's prompts (the first ``limit``), each checked against the target's context before any model loads:
+    its tokenizer and context length are read without its weights unless the target was passed in."""
+    if target is not None:
+        tokenizer, context = target.tokenizer, target.context_length
+    elif (found := load_tokenizer(config.target)) is not None:
+        tokenizer, context = found
+    else:  # a reduced-vocabulary draft folder as the target: checked once loaded
+        tokenizer, context = None, None
     if prompts is None:
-        prompts = encode_prompts(models.target, config.prompts, config.limit, config.chat_template)
-    prompts = list(prompts)[:config.limit] if config.limit is not None else list(prompts)
+        holder = target if target is not None else LoadedModel(config.target, None, tokenizer)  # tokenizer only
+        prompts = encode_prompts(holder, config.prompts, config.limit, config.chat_template)
+    else:
+        prompts = list(prompts)[:config.limit]
     if not prompts:
         raise ValueError("no prompts to run")
     if len({p.id for p in prompts}) != len(prompts):
         raise ValueError("prompt ids must be unique: they key the records")
+    if context is not None:
+        for p in prompts:
+            check_prompt(p.ids, config, context, p.where or f"prompt {p.id}")
     return prompts
 
 
@@ -676,19 +783,20 @@ def run_bench(config: BenchConfig, out: str | Path, *, target: LoadedModel | Non
     own = [v for v in variants if v.label not in drafters and v.method.name not in drafters]
     if config.ngram_table is None and (ngram := [v.label for v in own if v.method.needs is Needs.NGRAM_TABLE]):
         raise ValueError(f"methods {ngram} need --ngram-table FILE (an .npz written by NGramTable.save)")
-    if config.threads is not None:
-        torch.set_num_threads(config.threads)
-    models = _Models(config, target, draft, needs_draft=any(v.method.needs is Needs.DRAFT_MODEL for v in own))
-    prompts = _bench_prompts(models, config, prompts)
-    config = dataclasses.replace(config, prompt_digest=_digest(prompts), weights_digest=_weights_digest(
-        models.target.model, models.draft.model if models.draft else None))
-    check_config(out, config)
-    out.mkdir(parents=True, exist_ok=True)
-    atomic_write_text(out / "config.json", json.dumps(config.to_dict(), indent=1) + "\n")
-    run = _Run(out, config, models, prompts, drafters)
-    run.start_session()
-    run.measure(progress, on_record)
-    return run.finish()
+    with RunFolder(out) as folder:
+        prompts = _bench_prompts(config, prompts, target)  # every prompt checked before a model loads
+        if config.threads is not None:
+            torch.set_num_threads(config.threads)
+        models = _Models(config, target, draft, needs_draft=any(v.method.needs is Needs.DRAFT_MODEL for v in own))
+        config = dataclasses.replace(config, prompt_digest=_digest(prompts), weights_digest=_weights_digest(
+            models.target.model, models.draft.model if models.draft else None))
+        check_config(out, config)
+        folder.create()
+        atomic_write_text(out / "config.json", json.dumps(config.to_dict(), indent=1) + "\n")
+        run = _Run(out, config, models, prompts, drafters)
+        run.start_session()
+        run.measure(progress, on_record)
+        return run.finish()
 
 
 def _session_profiles(sessions: list[dict]) -> dict[str, Profile]:

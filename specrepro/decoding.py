@@ -40,13 +40,19 @@ def eos_ids(model: torch.nn.Module, tokenizer=None) -> set[int]:
     return ids
 
 
-def check_prompt(prompt_ids: list[int], config: DecodeConfig, context_length: int) -> None:
+def check_prompt(prompt_ids: list[int], config: DecodeConfig, context_length: int, where: str = "") -> None:
+    """One clear error for a prompt that cannot be run: empty, or too long for the context with max_new_tokens;
+    ``where`` names it (its file and line)."""
+    where = f"{where}: " if where else ""
     if len(prompt_ids) == 0:
-        raise ValueError("the prompt is empty: give at least one token")
+        raise ValueError(f"{where}the prompt is empty: give at least one token")
+    if config.max_new_tokens >= context_length:
+        raise ValueError(f"--max-new-tokens {config.max_new_tokens} leaves no room for a prompt in the model's "
+                         f"context of {context_length} tokens")
     if len(prompt_ids) + config.max_new_tokens > context_length:
         raise ValueError(
-            f"prompt of {len(prompt_ids)} tokens + max_new_tokens {config.max_new_tokens} exceeds the model's "
-            f"context of {context_length} tokens"
+            f"{where}prompt of {len(prompt_ids)} tokens + --max-new-tokens {config.max_new_tokens} exceeds the "
+            f"model's context of {context_length} tokens"
         )
 
 

@@ -160,19 +160,42 @@ def prepare(name: str, force: bool = False) -> Path:
 # ------------------------------------------------------------------------------------------ loading
 
 
+def _model_path(name: str) -> str | Path:
+    """Where a model named ``name`` is: a zoo name's cached folder, a local folder (which must hold a model), or the
+    name itself as a hub id."""
+    if name in ZOO:
+        return prepare(name)
+    path = Path(name).expanduser()
+    if path.is_dir():
+        if not (path / "config.json").is_file() and not is_draft_folder(path):
+            raise ValueError(f"the folder {name} holds no model (no config.json in it)")
+        return path
+    if name.startswith("layers:"):
+        raise ValueError(f"{name!r} is a self-draft of a target; load it with load_draft(name, target)")
+    return name  # a hub id
+
+
+def check_model_name(name: str, flag: str) -> None:
+    """One clear error naming ``flag`` for a model name that is a folder without a model (``layers:K`` and hub ids
+    pass here: they are checked as they load)."""
+    if not name.startswith("layers:"):
+        try:
+            _model_path(name)
+        except ValueError as err:
+            raise ValueError(f"{flag}: {err}") from None
+
+
+def _unknown(name: str, err: Exception) -> ValueError:
+    return ValueError(f"unknown model {name!r}: not a zoo name ({', '.join(sorted(ZOO))}), not a local folder, "
+                      f"and not loadable from the hub ({type(err).__name__}: {str(err).splitlines()[0]})")
+
+
 def load_model(name: str, dtype: str | torch.dtype | None = None, device: str | torch.device | None = None,
                ) -> LoadedModel:
     """Load a causal LM and its tokenizer: a zoo name, a local folder, or a hub id (where a hub is reachable)."""
     device = torch.device(device) if device is not None else default_device()
     dtype = parse_dtype(dtype, device)
-    if name in ZOO:
-        path: str | Path = prepare(name)
-    elif Path(name).expanduser().is_dir():
-        path = Path(name).expanduser()
-    elif name.startswith("layers:"):
-        raise ValueError(f"{name!r} is a self-draft of a target; load it with load_draft(name, target)")
-    else:
-        path = name  # a hub id
+    path = _model_path(name)
     if isinstance(path, Path) and is_draft_folder(path):
         model, tokenizer = load_draft_model(path, dtype=dtype, device=device)
         return LoadedModel(name=name, model=model, tokenizer=tokenizer)
@@ -180,12 +203,23 @@ def load_model(name: str, dtype: str | torch.dtype | None = None, device: str | 
         model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype)
         tokenizer = AutoTokenizer.from_pretrained(path)
     except (OSError, ValueError) as err:
-        raise ValueError(
-            f"unknown model {name!r}: not a zoo name ({', '.join(sorted(ZOO))}), not a local folder, "
-            f"and not loadable from the hub ({type(err).__name__}: {str(err).splitlines()[0]})"
-        ) from None
+        raise _unknown(name, err) from None
     model.to(device).eval().requires_grad_(False)
     return LoadedModel(name=name, model=model, tokenizer=tokenizer)
+
+
+def load_tokenizer(name: str) -> tuple[PreTrainedTokenizerBase, int] | None:
+    """(tokenizer, context length) of the model ``name`` without loading its weights, so that a run's prompts are
+    checked before any model loads; None for a reduced-vocabulary draft folder (its tokenizer is its target's)."""
+    from transformers import AutoConfig
+    path = _model_path(name)
+    if isinstance(path, Path) and is_draft_folder(path):
+        return None
+    try:
+        config, tokenizer = AutoConfig.from_pretrained(path), AutoTokenizer.from_pretrained(path)
+    except (OSError, ValueError) as err:
+        raise _unknown(name, err) from None
+    return tokenizer, int(getattr(config, "max_position_embeddings", 2048))
 
 
 def layer_skip_draft(target: torch.nn.Module, k: int) -> torch.nn.Module:

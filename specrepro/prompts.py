@@ -71,6 +71,12 @@ class Prompt:
     messages: tuple[Message, ...]
     suite: str
     extra: dict[str, Any] = field(default_factory=dict, hash=False)
+    origin: str = field(default="", compare=False)  # where it was read: "<file>:<line>" for a prompts file
+
+    @property
+    def where(self) -> str:
+        """How an error names it: its file and line, else its suite and id."""
+        return self.origin or f"prompt {self.id} of suite {self.suite}"
 
     @property
     def history(self) -> tuple[Message, ...]:
@@ -190,14 +196,14 @@ def load_prompts_file(path: str | Path) -> list[Prompt]:
     """
     path = Path(path)
     prompts = []
-    for lineno, obj in _iter_jsonl(path.read_text(encoding="utf-8"), str(path)):
+    for lineno, obj in _iter_jsonl(read_utf8(path), str(path)):
         text = obj.get("prompt")
         if text is None:
             raise ValueError(f"{path}:{lineno}: missing \"prompt\"")
         if not isinstance(text, str) or not text.strip():
             raise ValueError(f"{path}:{lineno}: \"prompt\" must be a non-empty string")
         prompts.append(Prompt(id=f"{path.stem}:{lineno}", prompt=text,
-                              messages=(("user", text),), suite="file", extra={}))
+                              messages=(("user", text),), suite="file", extra={}, origin=f"{path}:{lineno}"))
     if not prompts:
         raise ValueError(f"{path}: no prompts in file")
     return prompts
@@ -293,7 +299,7 @@ def _read_records(path: Path) -> list[Any]:
             text = f.read()
         suffixes = suffixes[:-1]
     else:
-        text = path.read_text(encoding="utf-8")
+        text = read_utf8(path)
     kind = suffixes[-1] if suffixes else ""
     if kind == ".csv":
         return list(csv.DictReader(io.StringIO(text)))
@@ -435,6 +441,16 @@ PUBLIC_SETS: tuple[str, ...] = tuple(_PUBLIC)
 # ---------------------------------------------------------------------------------------------
 # Shared parsing
 # ---------------------------------------------------------------------------------------------
+
+
+def read_utf8(path: Path) -> str:
+    """A text file's contents; bytes that are not UTF-8 are one error naming the file and line."""
+    raw = Path(path).read_bytes()
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as err:
+        line = raw[:err.start].count(b"\n") + 1
+        raise ValueError(f"{path}:{line}: not UTF-8 text (byte 0x{raw[err.start]:02x})") from None
 
 
 def _iter_jsonl(text: str, source: str, objects_only: bool = True) -> Iterator[tuple[int, Any]]:

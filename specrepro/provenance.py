@@ -40,9 +40,14 @@ def git_state(paths: tuple[str, ...] = ("specrepro",)) -> dict:
 
 def atomic_write_text(path: Path, text: str) -> Path:
     """Write ``text`` to ``path`` through a hidden temporary file in the same folder, then rename it."""
+    return atomic_write_bytes(path, text.encode())
+
+
+def atomic_write_bytes(path: Path, data: bytes) -> Path:
+    """Write ``data`` to ``path`` through a hidden temporary file in the same folder, then rename it."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(text)
+    tmp.write_bytes(data)
     os.replace(tmp, path)
     return path

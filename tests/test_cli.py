@@ -28,16 +28,16 @@ def one_error_line(capsys, run) -> str:
 @pytest.mark.parametrize("argv, message", [
     (["generate", "--method", "ar", "--max-new-tokens", "2", "--prompts", MISSING], f"--prompts: no such file: {MISSING}"),
     (["generate", "--method", "ar", "--max-new-tokens", "2", "--threads", "0", "--prompt", "hi"],
-     "--threads: expected an integer >= 1, got 0"),
+     "--threads: expected an integer from 1 to"),
     (["generate", "--method", "bigram", "--prompt", "hi", "--ngram-table", "/nonexistent/t.npz"],
      "--ngram-table: no such file"),
     (["generate", "--method", "ar", "--prompts", "/"], "--prompts: is a folder, not a file: /"),
     (["bench", "--methods", "ar", "--prompts", MISSING, "--out", "/tmp/never-written"], "--prompts: no such file"),
     (["bench", "--methods", "ar", "--suite", "mixed", "--threads", "0", "--out", "/tmp/never-written"],
-     "--threads: expected an integer >= 1"),
+     "--threads: expected an integer from 1 to"),
     (["bench", "--methods", "bigram", "--suite", "mixed", "--ngram-table", MISSING, "--out", "/tmp/never-written"],
      "--ngram-table: no such file"),
-    (["calibrate", "--threads", "-1"], "--threads: expected an integer >= 1, got -1"),
+    (["calibrate", "--threads", "-1"], "--threads: expected an integer from 1 to"),
 ])
 def test_a_bad_path_or_count_is_one_line(capsys, argv, message):
     assert message in one_error_line(capsys, lambda: main(argv))
@@ -48,7 +48,7 @@ def test_training_commands_check_their_inputs_too(capsys):
     err = one_error_line(capsys, lambda: ppd_ablations.main(["--out", "/tmp/never-written", "--data", "/nonexistent"]))
     assert "--data: no such folder: /nonexistent" in err
     err = one_error_line(capsys, lambda: distillspec.main(["--out", "/tmp/never-written", "--threads", "0"]))
-    assert "--threads: expected an integer >= 1, got 0" in err
+    assert "--threads: expected an integer from 1 to" in err
 
 
 def test_a_missing_prompts_file_is_no_traceback():

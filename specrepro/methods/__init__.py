@@ -61,16 +61,29 @@ def parameter_fields() -> dict[str, tuple[dataclasses.Field, tuple[str, ...]]]:
     return out
 
 
+RUN_FLAGS = ("gamma", "tree_size", "acceptance", "draft", "ngram_table")  # what Method.run_flags may name
+
+
 def check_parameters_taken(values: dict, methods: list[Method] | tuple[Method, ...]) -> None:
-    """One clear error for a method parameter that none of ``methods`` takes (``--tau`` with ``--method ar``)."""
+    """One clear error for a setting that none of ``methods`` reads: a method parameter (``--tau`` with ``--method
+    ar``) or a run-wide flag of ``RUN_FLAGS`` (``--acceptance typical`` with ``--method ar``)."""
     fields = parameter_fields()
-    for name in values:
-        if name not in fields:
+    for name, value in values.items():
+        if name in RUN_FLAGS:
+            if any(name in m.run_flags() for m in methods):
+                continue
+            takers = [m.name for m in REGISTRY.values() if name in m.run_flags()]
+            others = [m.name for m in REGISTRY.values() if name not in m.run_flags()]
+            taken_by = ", ".join(takers) if len(takers) <= 6 else f"every method but {', '.join(others)}"
+        elif name in fields:
+            if any(name in {f.name for f in m.param_fields()} for m in methods):
+                continue
+            taken_by = ", ".join(fields[name][1])
+        else:
             raise ValueError(f"unknown method parameter {name!r}")
-        if not any(name in {f.name for f in m.param_fields()} for m in methods):
-            flag = "--" + name.replace("_", "-")
-            raise ValueError(f"{flag} is a parameter of {', '.join(fields[name][1])}; "
-                             f"{', '.join(m.name for m in methods)} {'does' if len(methods) == 1 else 'do'} not take it")
+        flag = "--" + name.replace("_", "-")
+        raise ValueError(f"{flag} {value}: {', '.join(m.name for m in methods)} {'does' if len(methods) == 1 else 'do'} "
+                         f"not read it (it is for {taken_by})")
 
 
 def methods_table() -> str:

@@ -136,6 +136,17 @@ class Method:
         """Bench label prefix -> parameter field (``b`` -> num_beams for ``mjsd:b4``)."""
         return {f.metadata["label"]: f for f in self.param_fields() if f.metadata.get("label")}
 
+    def run_flags(self) -> frozenset[str]:
+        """The run-wide settings, besides the sampling knobs, seed, dtype and its own parameters, that it reads:
+        gamma, tree_size, acceptance, draft, ngram_table. A setting that no method of a run reads is an error, not a
+        silent record (``methods.check_parameters_taken``)."""
+        reads = {"gamma": self.cost is not Cost.PLAIN or self.loop is Loop.MJGD,  # MJGD: K = γ tokens per step
+                 "tree_size": self.token_tree,
+                 "acceptance": self.loop is Loop.SPECULATIVE and self.rule is None,  # else its own rule
+                 "draft": self.needs in (Needs.DRAFT_MODEL, Needs.MEDUSA_HEADS, Needs.PPD_PROMPT_TOKENS),
+                 "ngram_table": self.needs is Needs.NGRAM_TABLE}
+        return frozenset(name for name, read in reads.items() if read)
+
     def describe(self) -> dict:
         """The method as data, for every record's provenance (the config beside it has γ, tree size and rule)."""
         return {"loop": self.loop.value, "kind": self.cost.value, "needs": None if self.needs is Needs.NOTHING

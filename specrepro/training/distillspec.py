@@ -363,7 +363,7 @@ def gain_grid(result: dict, key: str = "gain") -> tuple[list[str], list[str], np
 
 def main(argv: list[str] | None = None) -> None:
     """``python -m specrepro.training.distillspec --out DIR [--steps N ...]``: the grid on the zoo pair."""
-    from ..cli import Parser, positive_int
+    from ..cli import Parser, threads as threads_arg
     from ..models import load_draft, load_model
 
     parser = Parser(prog="python -m specrepro.training.distillspec", description=__doc__.split("\n\n")[0])
@@ -371,7 +371,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--cache", default=None, help="folder of the target's samples as tensors (default: --out)")
     parser.add_argument("--target", default="smollm2-135m-instruct")
     parser.add_argument("--draft", default="smollm2-135m-draft")
-    parser.add_argument("--threads", type=positive_int, default=None)
+    parser.add_argument("--threads", type=threads_arg, default=None)
     for f in dataclasses.fields(StudyConfig):
         if isinstance(f.default, tuple):
             parser.add_argument(f"--{f.name.replace('_', '-')}", default=",".join(f.default),
@@ -397,4 +397,5 @@ def main(argv: list[str] | None = None) -> None:
 
 
 if __name__ == "__main__":
-    main()
+    from ..cli import run_main
+    run_main(main, "python -m specrepro.training.distillspec")

@@ -185,4 +185,5 @@ def main(argv: list[str] | None = None, prog: str = "python -m specrepro.trainin
 
 
 if __name__ == "__main__":
-    main()
+    from ..cli import run_main
+    run_main(main, "python -m specrepro.training.draft")

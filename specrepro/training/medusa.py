@@ -225,4 +225,5 @@ def main(argv: list[str] | None = None) -> None:
 
 
 if __name__ == "__main__":
-    main()
+    from ..cli import run_main
+    run_main(main, "python -m specrepro.training.medusa")

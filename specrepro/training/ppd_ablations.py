@@ -14,7 +14,7 @@ import json
 import sys
 from pathlib import Path
 
-from ..cli import Parser, existing_folder, positive_int
+from ..cli import Parser, existing_folder, threads
 from ..models import load_model
 from ..provenance import atomic_write_text
 from .ppd import PPDTrainConfig, train_ppd
@@ -95,7 +95,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--anchors", type=int, default=32)
     parser.add_argument("--val-conversations", type=int, default=10)
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--threads", type=positive_int, default=2)
+    parser.add_argument("--threads", type=threads, default=2)
     args = parser.parse_args(argv)
     names = [n for n in args.rows.split(",") if n]
     unknown = [n for n in names if n not in ABLATIONS]
@@ -108,4 +108,5 @@ def main(argv: list[str] | None = None) -> None:
 
 
 if __name__ == "__main__":
-    main()
+    from ..cli import run_main
+    run_main(main, "python -m specrepro.training.ppd_ablations")

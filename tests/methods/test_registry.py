@@ -85,9 +85,35 @@ def test_the_command_line_derives_its_flags_and_lists_from_the_registry(capsys):
 def test_a_parameter_no_method_of_the_run_takes_is_one_clear_error(capsys):
     assert main(["generate", "--prompt", "x", "--method", "ar", "--tau", "0.5"]) == 2
     err = capsys.readouterr().err
-    assert err.count("\n") == 1 and "--tau is a parameter of mjsd; ar does not take it" in err
-    with pytest.raises(ValueError, match="--kl-bound is a parameter of mentored"):
+    assert err.count("\n") == 1 and "--tau 0.5: ar does not read it (it is for mjsd)" in err
+    with pytest.raises(ValueError, match=r"--kl-bound 0.2: ar, speculative do not read it \(it is for mentored\)"):
         BenchConfig(methods=("ar", "speculative"), target="t", params=(("kl_bound", 0.2),))
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--method", "ar", "--acceptance", "typical"], "--acceptance typical: ar does not read it"),
+    (["--method", "ar", "--gamma", "3"], "--gamma 3: ar does not read it"),
+    (["--method", "speculative", "--tree-size", "8"], "--tree-size 8: speculative does not read it (it is for medusa, ppd)"),
+    (["--method", "mentored", "--acceptance", "greedy"], "--acceptance greedy: mentored does not read it"),
+    (["--method", "prompt-lookup", "--draft", "x"], "--draft x: prompt-lookup does not read it"),
+    (["--method", "ar", "--ngram-table", "README.md"], "--ngram-table README.md: ar does not read it (it is for unigram, bigram)"),
+])
+def test_a_run_wide_setting_the_method_ignores_is_one_clear_error(capsys, argv, message):
+    """--acceptance, --gamma, --tree-size, --draft and --ngram-table are errors where the method would ignore them
+    (Method.run_flags), not silent records."""
+    assert main(["generate", "--prompt", "x", *argv]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and message in err, err
+
+
+def test_every_method_reads_what_its_declaration_says():
+    """run_flags follows the declarations: γ for every method that drafts (and MJGD's K), the tree size for token
+    trees, the generic rule for our loop's methods without a rule of their own."""
+    flags = {name: m.run_flags() for name, m in REGISTRY.items()}
+    assert flags["ar"] == frozenset() and flags["hf-ar"] == frozenset()
+    assert flags["mjgd"] == {"gamma"} and flags["speculative"] == {"gamma", "acceptance", "draft"}
+    assert flags["medusa"] == {"gamma", "tree_size", "acceptance", "draft"}
+    assert flags["bigram"] == {"gamma", "acceptance", "ngram_table"} and "acceptance" not in flags["mentored"]
 
 
 def test_the_readme_lists_every_method():
