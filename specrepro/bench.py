@@ -25,9 +25,12 @@ How the timings are kept fair:
 
 Files in ``DIR``:
 
+- ``.lock``            held (``flock``) by the one process running a bench in ``DIR``; a second is refused;
 - ``config.json``      the arguments; a restart into ``DIR`` with different ones is refused (:class:`ResumeMismatch`);
 - ``records.jsonl``    one record per (variant, prompt_id, repeat), appended and flushed as each finishes;
-                       a restart skips those already written;
+                       a restart skips those already written; a line that is not a record, or repeats one, is
+                       named on stderr and the file as found kept as ``records.jsonl.damaged-<time>``
+                       (:func:`repair_records`), and only the missing records are measured again;
 - ``provenance.json``  git revision, versions, device, CPU flags, the dtype of every variant and why, threads,
                        load, seeds, the device profile of every session, the T = 0 cross-check (records whose
                        tokens differ from ar or their counterpart at the same dtype) and, under ``failed``, each
