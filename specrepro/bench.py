@@ -346,25 +346,25 @@ def repair_records(out: Path) -> list[dict]:
 
 
 class RunFolder:
-    """A bench's ``--out`` folder, held by one process: an exclusive ``flock`` on DIR/.lock (the holder's pid in it)
-    from the first look at a folder that exists, or from its creation. A folder that this call created and that kept
-    no record is removed again if the call fails or is interrupted, so nothing half-written stays."""
+    """A bench's ``--out`` folder, held by one process: made if missing and locked (an exclusive ``flock`` on
+    DIR/.lock, the holder's pid in it) before anything slow, so a second bench there is refused at once. A folder
+    this call made (with any parents it made) that kept no record is removed again if the call fails or is
+    interrupted, so nothing half-written stays."""
 
     def __init__(self, out: Path):
-        self.out, self.created, self.handle = Path(out), False, None
+        self.out, self.made, self.handle = Path(out), None, None
 
     def __enter__(self) -> "RunFolder":
         check_writable(self.out, "--out")
-        if self.out.is_dir():
-            self.lock()
-        return self
-
-    def create(self) -> None:
         if not self.out.exists():
+            self.made = next(p for p in [self.out, *self.out.parents] if p.parent.exists())  # the top folder made
             self.out.mkdir(parents=True)
-            self.created = True
-        if self.handle is None:
+        try:
             self.lock()
+        except BaseException:
+            self.__exit__(*sys.exc_info())
+            raise
+        return self
 
     def lock(self) -> None:
         handle = open(self.out / LOCK, "a+")
@@ -383,10 +383,11 @@ class RunFolder:
         self.handle = handle
 
     def __exit__(self, kind, err, tb) -> None:
-        if kind is not None and self.created and not read_records(self.out)[0]:
-            shutil.rmtree(self.out, ignore_errors=True)
+        if kind is not None and self.made is not None and not read_records(self.out)[0]:
+            shutil.rmtree(self.made, ignore_errors=True)
         if self.handle is not None:
             self.handle.close()  # releases the lock
+            self.handle = None
 
 
 def record_key(record: dict) -> tuple[str, str, int]:
@@ -786,7 +787,7 @@ def run_bench(config: BenchConfig, out: str | Path, *, target: LoadedModel | Non
     own = [v for v in variants if v.label not in drafters and v.method.name not in drafters]
     if config.ngram_table is None and (ngram := [v.label for v in own if v.method.needs is Needs.NGRAM_TABLE]):
         raise ValueError(f"methods {ngram} need --ngram-table FILE (an .npz written by NGramTable.save)")
-    with RunFolder(out) as folder:
+    with RunFolder(out):
         prompts = _bench_prompts(config, prompts, target)  # every prompt checked before a model loads
         if config.threads is not None:
             torch.set_num_threads(config.threads)
@@ -794,7 +795,6 @@ def run_bench(config: BenchConfig, out: str | Path, *, target: LoadedModel | Non
         config = dataclasses.replace(config, prompt_digest=_digest(prompts), weights_digest=_weights_digest(
             models.target.model, models.draft.model if models.draft else None))
         check_config(out, config)
-        folder.create()
         atomic_write_text(out / "config.json", json.dumps(config.to_dict(), indent=1) + "\n")
         run = _Run(out, config, models, prompts, drafters)
         run.start_session()

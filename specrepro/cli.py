@@ -138,8 +138,8 @@ def run_command(work: Callable[[], int], interrupted: Callable[[], str]) -> int:
     except ValueError as err:  # bad input: one clear line, no traceback
         print(f"specrepro: error: {err}", file=sys.stderr)
         return 2
-    except KeyboardInterrupt:
-        print(f"specrepro: interrupted: {interrupted()}", file=sys.stderr)
+    except KeyboardInterrupt:  # on a line of its own: a progress line ("round 3/11", "^C") may be open
+        print(f"\nspecrepro: interrupted: {interrupted()}", file=sys.stderr)
         return INTERRUPTED
 
 
@@ -154,7 +154,7 @@ def interrupted_while_starting(prog: str = "python -m specrepro"):
     finally:
         signal.signal(signal.SIGINT, previous)
     if held:
-        print(f"specrepro: interrupted: nothing was done (it was starting); run it again: "
+        print(f"\nspecrepro: interrupted: nothing was done (it was starting); run it again: "
               f"{resume_command(sys.argv[1:], prog)}", file=sys.stderr)
         sys.exit(INTERRUPTED)
 
