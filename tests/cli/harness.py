@@ -3,8 +3,10 @@
 of its own with a snapshot before and after, and the scenarios that need real signals or two processes at once.
 
 Each scenario returns what it saw; a ``*_problems`` function says how that breaks issue 28's contract (an empty
-list: it holds), so the tests and the report judge alike. Nothing here imports specrepro: the package under test
-is the checkout ``World.root``, run in subprocesses with their working directory there.
+list: it holds), so the tests and the report judge alike. Nothing here imports specrepro at import time: the package
+under test is the checkout ``World.root``, run in subprocesses with their working directory there; only
+``run_in_process`` (the tests' fast path for the bad-input cases: one interpreter instead of a torch import per case)
+imports this checkout's ``specrepro.__main__``.
 """
 from __future__ import annotations
 
@@ -201,6 +203,36 @@ def run(world: World, argv: list[str], cache: Path, timeout: float = TIMEOUT) ->
                    time.perf_counter() - t0)
 
 
+def run_in_process(world: World, argv: list[str], cache: Path, timeout: float = TIMEOUT) -> Outcome:
+    """``specrepro.__main__.main(argv)`` in this interpreter, with $SPECREPRO_CACHE at ``cache`` and stdout and
+    stderr captured; an exception that escapes ``main`` is written to the captured stderr as its traceback, as the
+    interpreter would. ``timeout`` is unused (a bad input fails in well under a second)."""
+    import contextlib
+    import io
+    import traceback
+
+    from specrepro.__main__ import main
+
+    out, err, saved = io.StringIO(), io.StringIO(), os.environ.get("SPECREPRO_CACHE")
+    os.environ["SPECREPRO_CACHE"] = str(cache)
+    t0 = time.perf_counter()
+    try:
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            try:
+                code = main(list(argv))
+            except SystemExit as stop:  # argparse's usage errors
+                code = stop.code if isinstance(stop.code, int) else 1
+            except Exception:
+                traceback.print_exc()
+                code = 1
+    finally:
+        if saved is None:
+            os.environ.pop("SPECREPRO_CACHE", None)
+        else:
+            os.environ["SPECREPRO_CACHE"] = saved
+    return Outcome(list(argv), code, out.getvalue(), err.getvalue(), time.perf_counter() - t0)
+
+
 def collected(argv: list[str], stdout: Path, stderr: Path, code: int | None,
               t0: float) -> Outcome:
     return Outcome(list(argv), code, stdout.read_text(errors="replace"), stderr.read_text(errors="replace"),
@@ -260,16 +292,17 @@ def fill(text: str, world: World, tmp: Path) -> str:
     return text.format_map(world.places(tmp))
 
 
-def run_case(case: Case, world: World, tmp: Path, timeout: float = TIMEOUT) -> Outcome:
-    """The case in ``tmp`` (empty or new), with $SPECREPRO_CACHE in it; ``changed`` lists what the run altered
-    anywhere under ``tmp`` (the --out, the case's files, the cache)."""
+def run_case(case: Case, world: World, tmp: Path, timeout: float = TIMEOUT, runner=run) -> Outcome:
+    """The case in ``tmp`` (empty or new), with $SPECREPRO_CACHE in it, run by ``runner`` (``run``: a process of its
+    own; ``run_in_process``); ``changed`` lists what the run altered anywhere under ``tmp`` (the --out, the case's
+    files, the cache)."""
     tmp.mkdir(parents=True, exist_ok=True)
     (tmp / "cache").mkdir()
     frozen = lay_files(case, world, tmp)
     try:
         argv = [fill(a, world, tmp) for a in case.argv]
         before = snapshot(tmp)
-        outcome = run(world, argv, tmp / "cache", timeout)
+        outcome = runner(world, argv, tmp / "cache", timeout)
         outcome.changed = changes(before, snapshot(tmp))
         if Path("/proc/specrepro-out").exists():
             outcome.changed.append("/proc/specrepro-out")
