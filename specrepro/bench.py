@@ -272,9 +272,6 @@ class BenchResult:
 # -------------------------------------------------------------------------------------- run files
 
 
-BENCH_FILES = ("config.json", "provenance.json", "records.jsonl", "summary.csv", LOCK)  # what a run folder holds
-
-
 def check_config(out: Path, config: BenchConfig, ignore: Sequence[str] = ()) -> None:
     """Refuse to resume into ``out`` if its config.json differs from ``config`` (``ignore``d keys aside), or is not a
     bench's at all (a model folder's)."""
