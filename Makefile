@@ -2,7 +2,8 @@
 #   make test      create .venv, install, prepare the offline model, run the tests
 #   make figures   the same set-up, then run every notebook with papermill into figures/ (PROFILE=quick),
 #                  or PROFILE=smoke (tiny settings, into build/smoke/; what CI runs) or PROFILE=full;
-#                  ONLY="stem ..." runs some notebooks, JOBS=n notebooks at a time
+#                  ONLY="stem ..." runs some notebooks, JOBS=n notebooks at a time; ALLOW_DRAFT=1 writes figures/
+#                  from a tree with uncommitted changes, every artifact marked DRAFT (else refused)
 SHELL := /bin/bash
 PYTHON ?= python3
 VENV ?= .venv
@@ -36,7 +37,8 @@ test: venv models
 	$(PY) -m pytest -q --durations=15 tests
 
 figures: venv models
-	$(PY) notebooks/run_notebooks.py --profile $(PROFILE) $(if $(ONLY),--only $(ONLY)) $(if $(JOBS),--jobs $(JOBS))
+	$(PY) notebooks/run_notebooks.py --profile $(PROFILE) $(if $(ONLY),--only $(ONLY)) $(if $(JOBS),--jobs $(JOBS)) \
+	  $(if $(ALLOW_DRAFT),--allow-draft)
 
 bench: venv models
 	$(PY) -m specrepro bench \

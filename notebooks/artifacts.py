@@ -4,6 +4,11 @@ A notebook makes one :class:`Artifacts` for its stem and saves through it; every
 listed in ``figures/<stem>/index.json`` as {artifact, document, item, notebook, description}.
 ``notebooks/run_notebooks.py`` then gathers those lists into ``figures/INDEX.md`` and
 ``figures/index.json`` with :func:`write_index`. The index format lives only in this file.
+
+Under ``run_notebooks.py`` a notebook writes into a staging folder (``$SPECREPRO_ARTIFACTS_STAGING``), and its
+folders are swapped in whole only when it succeeds (:func:`swap_in`): a failed notebook leaves the previous artifacts
+in place, marked stale (:func:`mark`, ``STALE.json`` in the folder). Artifacts made from a tree with uncommitted
+changes are marked draft (``DRAFT.json``). ``write_index`` shows both marks beside every artifact they cover.
 """
 
 from __future__ import annotations
@@ -11,13 +16,17 @@ from __future__ import annotations
 import csv
 import datetime as _dt
 import json
+import os
 import platform
+import shutil
 import sys
 from pathlib import Path
 
 from specrepro.provenance import git_revision
 
 INDEX_NAME = "index.json"
+STAGING_ENV = "SPECREPRO_ARTIFACTS_STAGING"  # set by run_notebooks.py: write here, swapped in on success
+MARKS = {"STALE.json": "STALE", "DRAFT.json": "DRAFT"}  # a folder's marks, as INDEX.md shows them
 
 
 def find_root(start: Path | None = None) -> Path:
@@ -68,7 +77,10 @@ class Artifacts:
 
     def __init__(self, stem: str, root: Path):
         self.stem = stem
-        self.dir = Path(root) / "figures" / stem
+        staging = os.environ.get(STAGING_ENV)
+        self.dir = Path(staging) / stem if staging else Path(root) / "figures" / stem
+        if staging:  # a fresh folder, swapped in whole when the notebook succeeds
+            shutil.rmtree(self.dir, ignore_errors=True)
         self.dir.mkdir(parents=True, exist_ok=True)
         self.entries: list[dict] = []
         old_index = self.dir / INDEX_NAME
@@ -119,11 +131,41 @@ class Artifacts:
         return [csv_path, md_path]
 
 
+def swap_in(staging: Path, figures: Path) -> list[str]:
+    """Move every folder a successful notebook wrote under ``staging`` over its namesake in ``figures`` (the old one
+    renamed aside first, then removed); returns the folders' names."""
+    names = []
+    for new in sorted(p for p in Path(staging).iterdir() if p.is_dir()):
+        final, old = Path(figures) / new.name, Path(figures) / f".old-{new.name}-{os.getpid()}"
+        final.parent.mkdir(parents=True, exist_ok=True)
+        if final.exists():
+            os.replace(final, old)
+        os.replace(new, final)
+        shutil.rmtree(old, ignore_errors=True)
+        names.append(new.name)
+    return names
+
+
+def mark(folder: Path, kind: str, **facts) -> None:
+    """Mark ``folder``'s artifacts (``kind``: a key of MARKS, "STALE.json" or "DRAFT.json") with ``facts``: why, and
+    when; INDEX.md shows the mark beside each of them."""
+    if Path(folder).is_dir():
+        stamp = _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
+        (Path(folder) / kind).write_text(json.dumps({"since_utc": stamp, **facts}, indent=1) + "\n")
+
+
+def marks_of(folder: Path) -> dict[str, dict]:
+    """{"STALE": facts, "DRAFT": facts} for the marks ``folder`` carries."""
+    return {label: json.loads((Path(folder) / name).read_text())
+            for name, label in MARKS.items() if (Path(folder) / name).is_file()}
+
+
 def collect_index(figures: Path) -> list[dict]:
-    """Every entry of every ``figures/*/index.json``, sorted by artifact."""
+    """Every entry of every ``figures/*/index.json``, sorted by artifact, each with its folder's marks."""
     entries = []
     for index in sorted(Path(figures).glob(f"*/{INDEX_NAME}")):
-        entries.extend(json.loads(index.read_text()))
+        marks = marks_of(index.parent)
+        entries.extend({**e, **({"marks": marks} if marks else {})} for e in json.loads(index.read_text()))
     return sorted(entries, key=lambda e: e["artifact"])
 
 
@@ -166,7 +208,7 @@ def write_index(figures: Path) -> tuple[Path, Path]:
     figures = Path(figures)
     entries = collect_index(figures)
     listed = {e["artifact"] for e in entries}
-    own = {"INDEX.md", INDEX_NAME, "REPRODUCTION.md", "timings.json"}
+    own = {"INDEX.md", INDEX_NAME, "REPRODUCTION.md", "timings.json", *MARKS}
     unlisted = sorted(
         p.relative_to(figures).as_posix() for p in figures.rglob("*")
         if p.is_file() and p.name not in own and p.relative_to(figures).as_posix() not in listed)
@@ -180,8 +222,16 @@ def write_index(figures: Path) -> tuple[Path, Path]:
         "|---|---|---|---|---|",
     ]
     for e in entries:
-        lines.append(f"| [{e['artifact']}]({e['artifact']}) | {_md(e['document'])} | "
+        flags = "".join(f"**{label}** " for label in e.get("marks", {}))
+        lines.append(f"| {flags}[{e['artifact']}]({e['artifact']}) | {_md(e['document'])} | "
                      f"{_md(e['item'])} | `{e['notebook']}` | {_md(e['description'])} |")
+    marked = {e["artifact"].split("/")[0]: e["marks"] for e in entries if e.get("marks")}
+    if marked:
+        lines[5:5] = ["## Marked artifacts", "",
+                      "**STALE**: the notebook's last run failed, so these are from an earlier run; **DRAFT**: made "
+                      "from a tree with uncommitted changes, so no commit reproduces them.", ""] + [
+            f"- `{folder}/`: " + "; ".join(f"{label} since {facts.get('since_utc')}: {_md(facts.get('reason', ''))}"
+                                           for label, facts in marks.items()) for folder, marks in marked.items()] + [""]
     lines += _timing_lines(figures / "timings.json")
     if unlisted:
         lines += ["", "## Files no notebook lists", ""] + [f"- `{p}`" for p in unlisted]

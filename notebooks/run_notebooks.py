@@ -15,7 +15,12 @@
    ``build/smoke/`` (``figures/`` and ``executed/``), never over the committed figures. ``quick`` and ``full``
    write ``figures/<notebook>/`` and ``notebooks/executed/<name>.ipynb``. ``--out DIR`` sends any profile to DIR.
    An executed notebook is written to a temporary file first and renamed: a failed run never leaves a half-written
-   one (the failed copy is kept in the system temp directory for debugging).
+   one (the failed copy is kept in the system temp directory for debugging). Its artifacts go to
+   ``<out>/.staging/<name>/`` and are swapped into ``figures/`` only when it succeeds: a failed notebook leaves the
+   previous artifacts in place, marked STALE (``STALE.json`` beside them, and in INDEX.md).
+   On a checkout with uncommitted changes (outside figures/ and notebooks/executed/), writing the checkout's
+   figures/ is refused unless ``--allow-draft``, which marks every artifact it writes DRAFT; the scratch profiles
+   mark theirs DRAFT without asking.
 4. ``figures/INDEX.md`` lists every artifact and each notebook's wall time, profile and machine
    (``figures/timings.json``); ``figures/REPRODUCTION.md`` sets every catalogue artifact of the founding
    documents beside ours, with a verdict, and says what moved against the committed copy.
@@ -50,7 +55,8 @@ HEARTBEAT_S = 60
 KEEP_CALLS = 10  # timings.json keeps this many past calls (each one's wall time and per-notebook times)
 
 sys.path[:0] = [str(NOTEBOOKS), str(ROOT)]
-from artifacts import write_index  # noqa: E402  (lives beside this script)
+from artifacts import STAGING_ENV, mark, swap_in, write_index  # noqa: E402  (lives beside this script)
+from specrepro.provenance import git_revision  # noqa: E402
 
 # Notebooks that also run with other parameters: stem -> {variant: parameters}. A variant's executed copy is
 # executed/<stem>-<variant>.ipynb; the notebook itself writes its figures to a folder of their own.
@@ -105,16 +111,26 @@ def runs_of(notebook: Path) -> list[tuple[str, dict]]:
                                     for variant, extra in VARIANTS.get(notebook.stem, {}).items()]
 
 
-def run_one(notebook: Path, parameters: dict, name: str, executed: Path, threads: int) -> str | None:
+def run_one(notebook: Path, parameters: dict, name: str, executed: Path, threads: int, figures: Path,
+            draft: dict | None = None) -> str | None:
     """Execute one notebook into ``executed/<name>.ipynb`` in this process; None on success, else a one-line
-    description of the failure. Runs in a worker process, so the thread settings stay its own."""
+    description of the failure. Runs in a worker process, so the thread settings stay its own.
+
+    Its artifacts go to a staging folder and are swapped into ``figures`` whole only when it succeeds (marked DRAFT
+    there when ``draft`` says the tree has uncommitted changes); a failed run leaves the previous artifacts in place,
+    marked STALE with the failure."""
     for var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
         os.environ[var] = str(threads)  # the kernel inherits them: numpy and torch start with this many threads
     import papermill as pm
     from papermill.exceptions import PapermillExecutionError
 
     executed.mkdir(parents=True, exist_ok=True)
+    staging = figures.parent / ".staging" / name
+    shutil.rmtree(staging, ignore_errors=True)
+    staging.mkdir(parents=True)
+    os.environ[STAGING_ENV] = str(staging)  # the kernel inherits it: artifacts.Artifacts writes there
     final, partial = executed / f"{name}.ipynb", executed / f".{name}.partial.ipynb"
+    failure = None
     try:
         pm.execute_notebook(str(notebook), str(partial), parameters=parameters,
                             kernel_name=KERNEL, cwd=str(ROOT), progress_bar=False)
@@ -122,15 +138,35 @@ def run_one(notebook: Path, parameters: dict, name: str, executed: Path, threads
         kept = Path(tempfile.gettempdir()) / f"{name}.failed.ipynb"
         if partial.exists():
             shutil.move(partial, kept)
-        return (f"{notebook.name}: cell [{error.cell_index}] of the executed copy (execution count "
-                f"{error.exec_count}) raised {error.ename}: {error.evalue}  [executed copy: {kept}]")
+        failure = (f"{notebook.name}: cell [{error.cell_index}] of the executed copy (execution count "
+                   f"{error.exec_count}) raised {error.ename}: {error.evalue}  [executed copy: {kept}]")
     except BaseException as error:  # kernel death, bad notebook JSON, Ctrl-C: clean up, report
         partial.unlink(missing_ok=True)
+        shutil.rmtree(staging, ignore_errors=True)
         if isinstance(error, KeyboardInterrupt):
             raise
-        return f"{notebook.name}: {type(error).__name__}: {error}"
+        failure = f"{notebook.name}: {type(error).__name__}: {error}"
+    if failure is not None:
+        for folder in {name.replace("-", "_"), *(p.name for p in staging.glob("*") if p.is_dir())}:
+            mark(figures / folder, "STALE.json", reason=f"the last run of {name} failed: {failure}")
+        shutil.rmtree(staging, ignore_errors=True)
+        return failure
+    for folder in swap_in(staging, figures):
+        if draft is not None:
+            mark(figures / folder, "DRAFT.json", **draft)
+    shutil.rmtree(staging, ignore_errors=True)
     os.replace(partial, final)
     return None
+
+
+def tree_state() -> dict | None:
+    """None when the checkout has no uncommitted change to tracked files outside the notebooks' own outputs;
+    else what a DRAFT mark records: the revision and why."""
+    revision = git_revision(ignore=("figures", "notebooks/executed"))
+    if not revision.endswith("(with uncommitted changes)"):
+        return None
+    return {"revision": revision, "reason": "made from a tree with uncommitted changes (git status names them): "
+                                            "no commit reproduces it"}
 
 
 def machine() -> dict:
@@ -218,6 +254,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, default=None,
                         help="write figures/ and executed/ under this folder (default: build/smoke for smoke, "
                              "else the checkout's figures/ and notebooks/executed/)")
+    parser.add_argument("--allow-draft", action="store_true",
+                        help="write the checkout's figures/ from a tree with uncommitted changes, every artifact "
+                             "marked DRAFT (default: refuse; commit first, so that each names a commit)")
     args = parser.parse_args(argv)
     jobs_n = args.jobs or min(2, cores)
     threads = args.threads or max(1, cores // jobs_n)
@@ -227,6 +266,10 @@ def main(argv: list[str] | None = None) -> int:
     out = args.out.resolve() if args.out else SCRATCH.get(args.profile, ROOT)
     figures = out / "figures"
     executed = NOTEBOOKS / "executed" if out == ROOT else out / "executed"
+    draft = tree_state()
+    if draft is not None and out == ROOT and not args.allow_draft:
+        parser.error("the checkout has uncommitted changes, so no commit would reproduce the artifacts: commit "
+                     "first, or pass --allow-draft to write them marked DRAFT")
     notebooks = select(args.only)
     if not notebooks:
         print("no notebooks found in notebooks/", file=sys.stderr)
@@ -272,7 +315,7 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"[{len(done) + len(failures) + len(running) + 1}/{len(jobs)}] start {name} "
                       f"({', '.join(f'{k}={v}' for k, v in params.items())}); expected "
                       f"{clock(guess) if guess else 'unknown (first run here)'}, ETA {eta}", flush=True)
-                future = pool.submit(run_one, notebook, params, name, executed, threads)
+                future = pool.submit(run_one, notebook, params, name, executed, threads, figures, draft)
                 running[future] = (name, time.perf_counter())
             complete, _ = cf.wait(running, timeout=HEARTBEAT_S, return_when=cf.FIRST_COMPLETED)
             if not complete:

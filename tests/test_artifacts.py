@@ -1,0 +1,76 @@
+"""A notebook's artifacts are swapped in whole only when it succeeds (notebooks/run_notebooks.py): a failed
+notebook leaves the previous artifacts in place, marked STALE; a run from a tree with uncommitted changes marks what
+it writes DRAFT; INDEX.md shows both marks beside every artifact they cover. The notebooks here are two-cell
+notebooks run by papermill in a real kernel."""
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import nbformat
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "notebooks"))
+from artifacts import swap_in, write_index  # noqa: E402
+from run_notebooks import run_one  # noqa: E402
+
+
+def notebook(path: Path, rows: int, fail: bool) -> Path:
+    """A notebook that saves a table of ``rows`` rows through Artifacts, then raises if ``fail``."""
+    nb = nbformat.v4.new_notebook(metadata={"kernelspec": {"name": "python3", "language": "python",
+                                                           "display_name": "Python 3"},
+                                            "language_info": {"name": "python"}})
+    params = nbformat.v4.new_code_cell("out_root = None")
+    params.metadata["tags"] = ["parameters"]
+    body = (f"import sys; sys.path[:0] = [{str(ROOT)!r}, {str(ROOT / 'notebooks')!r}]\n"
+            "from pathlib import Path\nfrom artifacts import Artifacts\n"
+            "art = Artifacts('toy', Path(out_root))\n"
+            f"art.table([{{'x': i}} for i in range({rows})], 'toy_table', document='none', item='toy', "
+            "description='a toy table')\n" + ("raise RuntimeError('the toy notebook fails')\n" if fail else ""))
+    nb.cells = [params, nbformat.v4.new_code_cell(body)]
+    nbformat.write(nb, path)
+    return path
+
+
+def run(tmp_path: Path, rows: int, fail: bool, draft: dict | None = None) -> str | None:
+    nb = notebook(tmp_path / f"toy-{rows}.ipynb", rows, fail)
+    return run_one(nb, {"out_root": str(tmp_path)}, "toy", tmp_path / "executed", 1, tmp_path / "figures", draft)
+
+
+def table_rows(tmp_path: Path) -> int:
+    return len((tmp_path / "figures" / "toy" / "toy_table.csv").read_text().splitlines()) - 1
+
+
+def test_a_failed_notebook_keeps_the_previous_artifacts_marked_stale(tmp_path):
+    assert run(tmp_path, rows=3, fail=False) is None and table_rows(tmp_path) == 3
+    failure = run(tmp_path, rows=5, fail=True)
+    assert "RuntimeError: the toy notebook fails" in failure
+    assert table_rows(tmp_path) == 3  # the previous run's table, untouched: the failed run's never swapped in
+    stale = json.loads((tmp_path / "figures" / "toy" / "STALE.json").read_text())
+    assert "the last run of toy failed" in stale["reason"]
+    md, _ = write_index(tmp_path / "figures")
+    assert "| **STALE** [toy/toy_table.csv](toy/toy_table.csv)" in md.read_text()
+    assert not (tmp_path / ".staging" / "toy").exists()
+    assert "range(3)" in (tmp_path / "executed" / "toy.ipynb").read_text()  # the executed copy of the run shown
+    # the next success swaps a whole fresh folder in: no STALE mark, the new table
+    assert run(tmp_path, rows=4, fail=False) is None and table_rows(tmp_path) == 4
+    assert not (tmp_path / "figures" / "toy" / "STALE.json").exists()
+    assert "STALE" not in write_index(tmp_path / "figures")[0].read_text()
+
+
+def test_a_run_from_an_uncommitted_tree_marks_its_artifacts_draft(tmp_path):
+    assert run(tmp_path, rows=2, fail=False, draft={"revision": "abc (with uncommitted changes)", "reason": "r"}) is None
+    assert json.loads((tmp_path / "figures" / "toy" / "DRAFT.json").read_text())["revision"].startswith("abc")
+    text = write_index(tmp_path / "figures")[0].read_text()
+    assert "| **DRAFT** [toy/toy_table.csv]" in text and "## Marked artifacts" in text
+
+
+def test_swap_in_replaces_a_folder_whole(tmp_path):
+    (tmp_path / "figures" / "a").mkdir(parents=True)
+    (tmp_path / "figures" / "a" / "old.png").write_text("old")
+    (tmp_path / "stage" / "a").mkdir(parents=True)
+    (tmp_path / "stage" / "a" / "new.png").write_text("new")
+    assert swap_in(tmp_path / "stage", tmp_path / "figures") == ["a"]
+    assert [p.name for p in (tmp_path / "figures").iterdir()] == ["a"]
+    assert [p.name for p in (tmp_path / "figures" / "a").iterdir()] == ["new.png"]
