@@ -35,6 +35,7 @@ from __future__ import annotations
 import argparse
 import ast
 import concurrent.futures as cf
+import contextlib
 import datetime as dt
 import json
 import multiprocessing
@@ -155,6 +156,8 @@ def run_one(notebook: Path, parameters: dict, name: str, executed: Path, threads
         if draft is not None:
             mark(figures / folder, "DRAFT.json", **draft)
     shutil.rmtree(staging, ignore_errors=True)
+    with contextlib.suppress(OSError):
+        staging.parent.rmdir()  # once no other run stages there
     os.replace(partial, final)
     return None
 
@@ -268,8 +271,10 @@ def main(argv: list[str] | None = None) -> int:
     executed = NOTEBOOKS / "executed" if out == ROOT else out / "executed"
     draft = tree_state()
     if draft is not None and out == ROOT and not args.allow_draft:
-        parser.error("the checkout has uncommitted changes, so no commit would reproduce the artifacts: commit "
-                     "first, or pass --allow-draft to write them marked DRAFT")
+        print("run_notebooks.py: error: the checkout has uncommitted changes, so no commit would reproduce the "
+              "artifacts: commit first, or pass --allow-draft (make figures ALLOW_DRAFT=1) to write them marked "
+              "DRAFT", file=sys.stderr)
+        return 2
     notebooks = select(args.only)
     if not notebooks:
         print("no notebooks found in notebooks/", file=sys.stderr)

@@ -74,3 +74,15 @@ def test_swap_in_replaces_a_folder_whole(tmp_path):
     assert swap_in(tmp_path / "stage", tmp_path / "figures") == ["a"]
     assert [p.name for p in (tmp_path / "figures").iterdir()] == ["a"]
     assert [p.name for p in (tmp_path / "figures" / "a").iterdir()] == ["new.png"]
+
+
+def test_writing_the_committed_figures_from_an_uncommitted_tree_is_refused(monkeypatch, capsys):
+    """One line and exit status 2 before any notebook runs, naming --allow-draft."""
+    import pytest
+
+    import run_notebooks
+    monkeypatch.setattr(run_notebooks, "tree_state", lambda: {"revision": "abc (with uncommitted changes)"})
+    monkeypatch.setattr(run_notebooks, "run_one", lambda *a, **k: pytest.fail("a notebook ran"))
+    assert run_notebooks.main(["--profile", "quick", "--only", "theory_moe"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "uncommitted changes" in err and "--allow-draft" in err
