@@ -58,7 +58,8 @@ def sampling_from(args: argparse.Namespace) -> SamplingConfig:
     return SamplingConfig(**given)
 
 
-DEFAULT_GAMMA, DEFAULT_ACCEPTANCE = 4, "exact"  # what --gamma and --acceptance mean when not given
+DEFAULT_GAMMA, DEFAULT_ACCEPTANCE, DEFAULT_GAMMA_MAX = 4, "exact", 16  # what --gamma, --acceptance and
+# --gamma-max mean when not given
 
 
 def given_params(args: argparse.Namespace) -> dict:
@@ -132,7 +133,7 @@ def check_generate(spec: Method, args: argparse.Namespace) -> tuple[DecodeConfig
     if spec.needs is Needs.DRAFT_MODEL:
         if args.draft is None:
             raise ValueError(f"--method {spec.name} needs --draft NAME")
-        check_model_name(args.draft, "--draft")
+        check_model_name(args.draft, "--draft", target=args.target)
     if args.prompt is not None:
         prompts = [("prompt", [("user", args.prompt)], "--prompt")]
     else:
@@ -221,7 +222,8 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--no-progress", action="store_true", help="no progress bar")
     bench.add_argument("--no-quality", action="store_true",
                        help="skip the quality scores (perplexity under the target, ROUGE-L) of every record")
-    bench.add_argument("--gamma-max", type=positive_int, default=16, help="largest γ that --gamma auto considers")
+    bench.add_argument("--gamma-max", type=positive_int, default=None,
+                       help=f"largest γ that --gamma auto considers (default {DEFAULT_GAMMA_MAX})")
     bench.set_defaults(func=cmd_bench, interrupted=bench_interrupted)
 
     listing = sub.add_parser("methods", help="list every method: its loop, cost, needs, parameters and summary")
@@ -264,7 +266,7 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
     dtypes = candidate_dtypes(device) if args.dtype == "auto" else (dtype_name(args.dtype),)
     check_model_name(args.target, "--target")
     if args.draft is not None:
-        check_model_name(args.draft, "--draft")
+        check_model_name(args.draft, "--draft", target=args.target)
     if args.out is not None:  # checked before anything is measured
         one_file = Path(args.out).suffix == ".json"
         if one_file and len(dtypes) > 1:
@@ -311,7 +313,7 @@ def check_bench(args: argparse.Namespace):
         methods=tuple(m.strip() for m in args.methods.split(",") if m.strip()), target=args.target,
         draft=args.draft, prompts=source, limit=args.limit, max_new_tokens=args.max_new_tokens,
         temperature=sampling.temperature, top_k=sampling.top_k, top_p=sampling.top_p, preset=args.preset,
-        gamma=DEFAULT_GAMMA if args.gamma is None else args.gamma, gamma_max=args.gamma_max,
+        gamma=DEFAULT_GAMMA if args.gamma is None else args.gamma, gamma_max=args.gamma_max or DEFAULT_GAMMA_MAX,
         tree_size=args.tree_size, acceptance=args.acceptance or DEFAULT_ACCEPTANCE,
         params=tuple(given_params(args).items()), quality=not args.no_quality,
         repeats=args.repeats, seed=args.seed, dtype=args.dtype, device=args.device, threads=args.threads,
@@ -320,11 +322,14 @@ def check_bench(args: argparse.Namespace):
     variants = config.variants()
     settings = given_settings(args)
     check_parameters_taken({k: v for k, v in settings.items() if k != "draft"}, [v.method for v in variants])
+    if args.gamma_max is not None and not any(v.gamma == "auto" for v in variants):
+        raise ValueError(f"--gamma-max {args.gamma_max}: no method of {', '.join(config.methods)} runs with gamma auto "
+                         f"(--gamma auto, or a label's gauto), the only policy that reads it")
     if args.draft is not None:  # in bench, medusa and ppd run the zoo's weights: --draft is the draft model only
         if not any(v.method.needs is Needs.DRAFT_MODEL for v in variants):
             raise ValueError(f"--draft {args.draft}: none of {', '.join(config.methods)} drafts with a model (bench "
                              f"runs medusa and ppd with the zoo's weights)")
-        check_model_name(args.draft, "--draft")
+        check_model_name(args.draft, "--draft", target=args.target)
     return config
 
 

@@ -175,14 +175,44 @@ def _model_path(name: str) -> str | Path:
     return name  # a hub id
 
 
-def check_model_name(name: str, flag: str) -> None:
-    """One clear error naming ``flag`` for a model name that is a folder without a model (``layers:K`` and hub ids
-    pass here: they are checked as they load)."""
-    if not name.startswith("layers:"):
-        try:
-            _model_path(name)
-        except ValueError as err:
-            raise ValueError(f"{flag}: {err}") from None
+def check_model_name(name: str, flag: str, target: str | None = None) -> None:
+    """One clear error naming ``flag`` for a model that cannot load, found before any model loads: a folder without
+    a model, a hub id whose config cannot be had, or ``layers:K`` with K outside 1 .. the ``target``'s layers - 1
+    (read from the target's config)."""
+    try:
+        if name.startswith("layers:"):
+            k = name.split(":", 1)[1]
+            layers = None if target is None else _config(target).num_hidden_layers
+            if layers is not None and layers < 2:
+                raise ValueError(f"the target has {layers} layer, so it has no self-draft ({name!r})")
+            if not k.isdigit() or (layers is not None and not 1 <= int(k) < layers):
+                raise ValueError(f"a self-draft layers:K needs an integer K from 1 to "
+                                 f"{'the target layers - 1' if layers is None else layers - 1}, got {name!r}")
+            return
+        path = _model_path(name)
+        if not isinstance(path, Path):  # a hub id: its config, or one error now rather than after the target loads
+            _config(name)
+    except ValueError as err:
+        raise ValueError(f"{flag}: {err}") from None
+
+
+def _config(name: str):
+    """A model's config (no weights), with the hub client's retry chatter held back: one error, or the config."""
+    import logging
+
+    from transformers import AutoConfig
+    path = _model_path(name)
+    if isinstance(path, Path) and is_draft_folder(path):
+        raise ValueError(f"{name} is a reduced-vocabulary draft folder, not a target")
+    hub_log = logging.getLogger("huggingface_hub")
+    level = hub_log.level
+    hub_log.setLevel(logging.ERROR)
+    try:
+        return AutoConfig.from_pretrained(path)
+    except (OSError, ValueError) as err:
+        raise _unknown(name, err) from None
+    finally:
+        hub_log.setLevel(level)
 
 
 def _unknown(name: str, err: Exception) -> ValueError:
@@ -211,12 +241,12 @@ def load_model(name: str, dtype: str | torch.dtype | None = None, device: str | 
 def load_tokenizer(name: str) -> tuple[PreTrainedTokenizerBase, int] | None:
     """(tokenizer, context length) of the model ``name`` without loading its weights, so that a run's prompts are
     checked before any model loads; None for a reduced-vocabulary draft folder (its tokenizer is its target's)."""
-    from transformers import AutoConfig
     path = _model_path(name)
     if isinstance(path, Path) and is_draft_folder(path):
         return None
+    config = _config(name)
     try:
-        config, tokenizer = AutoConfig.from_pretrained(path), AutoTokenizer.from_pretrained(path)
+        tokenizer = AutoTokenizer.from_pretrained(path)
     except (OSError, ValueError) as err:
         raise _unknown(name, err) from None
     return tokenizer, int(getattr(config, "max_position_embeddings", 2048))

@@ -136,3 +136,14 @@ CASES: list[Case] = [
 ]
 
 assert len({c.name for c in CASES}) == len(CASES), "case names key the tests and the report"
+
+# More of the same kinds: a model name that cannot load (found before the target loads), a setting no method reads.
+CASES += [
+    *each("generate bench", "--draft layers:K beyond the target", ("--draft", "layers:5"), method="speculative",
+          draft="layers:5"),
+    *each("bench", "--gamma-max without gamma auto", ("--gamma-max",), words=("ar",), gamma_max="8"),
+    *each("generate", "--method prompt-lookup --draft", ("--draft",), words=("prompt-lookup",),
+          method="prompt-lookup", draft="{draft}"),
+    *each("bench", "--methods ar --draft", ("--draft",), words=("ar",), draft="{draft}"),
+]
+assert len({c.name for c in CASES}) == len(CASES), "case names key the tests and the report"
