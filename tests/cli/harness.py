@@ -155,6 +155,12 @@ class Outcome:
         return text if len(text) <= width else text[:width - 1] + "…"
 
 
+def interruptible() -> None:
+    """In the child before it starts: Ctrl-C's default disposition, as at a terminal. A shell's background job, such
+    as CI started with ``&`` or nohup, ignores SIGINT, and a Python started with it ignored keeps ignoring it."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def env(world: World, cache: Path) -> dict[str, str]:
     return {**os.environ, "SPECREPRO_CACHE": str(cache), "PYTHONUNBUFFERED": "1"}
 
@@ -163,7 +169,8 @@ def start(world: World, argv: list[str], cache: Path, stdout: Path, stderr: Path
     """``python -m specrepro *argv`` in the background, its output into files (read while it runs)."""
     with open(stdout, "wb") as out, open(stderr, "wb") as err:
         return subprocess.Popen([world.python, "-m", "specrepro", *argv], cwd=world.root, env=env(world, cache),
-                                stdin=subprocess.DEVNULL, stdout=out, stderr=err, start_new_session=True)
+                                stdin=subprocess.DEVNULL, stdout=out, stderr=err, start_new_session=True,
+                                preexec_fn=interruptible)
 
 
 def finish(proc: subprocess.Popen, timeout: float = TIMEOUT) -> int | None:
@@ -189,7 +196,7 @@ def run(world: World, argv: list[str], cache: Path, timeout: float = TIMEOUT) ->
     t0 = time.perf_counter()
     proc = subprocess.Popen([world.python, "-m", "specrepro", *argv], cwd=world.root, env=env(world, cache),
                             stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            start_new_session=True)
+                            start_new_session=True, preexec_fn=interruptible)
     try:
         out, err = proc.communicate(timeout=timeout)
         code = proc.returncode
