@@ -110,7 +110,8 @@ def check_writable(path: str | Path, flag: str, folder: bool = True) -> Path:
     this process can write, proved by creating and removing a probe file where it would go. Nothing is left."""
     path = Path(path).expanduser()
     if path.exists() and path.is_dir() != folder:
-        raise ValueError(f"{flag} {path}: is a {'file' if folder else 'folder'}, not a {'folder' if folder else 'file'}")
+        have, want = ("file", "folder") if folder else ("folder", "file")
+        raise ValueError(f"{flag} {path}: is a {have}, not a {want}")
     probe_in = path if folder and path.is_dir() else path.parent
     while not probe_in.exists():
         probe_in = probe_in.parent

@@ -6,8 +6,8 @@ processes at once, damage), run against a checkout, one markdown row each.
 ``python -m specrepro`` runs with its working directory PATH, so PATH's package is the one judged (the tiny model
 folders are built by it too); a command that hangs is killed after --timeout seconds and reported so. Columns: the
 exit status, the first stderr line that specrepro wrote (else the first line; the last one for scenarios;
-``Traceback: <last line>`` when there is a traceback), the non-empty lines on stderr, whether the run left files half-written (for scenarios: records lost,
-doubled or not kept), and the contract's verdict (ok, or what breaks it).
+``Traceback: <last line>`` when there is a traceback), the non-empty lines on stderr, whether the run left files
+half-written (for scenarios: records lost, doubled or not kept), and the contract's verdict (ok, or what breaks it).
 """
 from __future__ import annotations
 
@@ -178,8 +178,8 @@ def main(argv: list[str] | None = None) -> int:
         "",
         *head, *case_rows,
         "",
-        "Scenarios (tests/cli/harness.py): stderr column = the last line specrepro wrote (the refusal for two benches, the damage "
-        "report for records.jsonl); half-written = records lost, doubled or not kept.",
+        "Scenarios (tests/cli/harness.py): stderr column = the last line specrepro wrote (the refusal for two benches, "
+        "the damage report for records.jsonl); half-written = records lost, doubled or not kept.",
         "",
         *head, *scenario_rows,
     ]) + "\n"

@@ -9,4 +9,5 @@ def test_two_benches_on_one_out(world, tmp_path):
     """Exit statuses 0 and 2; records.jsonl then holds each of the 100 keys once, the folder only a run's files."""
     s = two_benches(world, tmp_path)
     problems = two_benches_problems(s)
-    assert not problems, "\n".join(problems) + f"\n--- stderr a:\n{s.a.stderr[-1500:]}\n--- stderr b:\n{s.b.stderr[-1500:]}"
+    assert not problems, ("\n".join(problems) + f"\n--- stderr a:\n{s.a.stderr[-1500:]}"
+                          f"\n--- stderr b:\n{s.b.stderr[-1500:]}")
