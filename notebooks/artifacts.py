@@ -18,7 +18,9 @@ import datetime as _dt
 import json
 import os
 import platform
+import re
 import shutil
+import subprocess
 import sys
 from pathlib import Path
 
@@ -158,6 +160,53 @@ def marks_of(folder: Path) -> dict[str, dict]:
     """{"STALE": facts, "DRAFT": facts} for the marks ``folder`` carries."""
     return {label: json.loads((Path(folder) / name).read_text())
             for name, label in MARKS.items() if (Path(folder) / name).is_file()}
+
+
+# What a notebook's artifacts depend on besides the notebook itself: a change here after the commit a notebook ran at
+# makes its artifacts stale.
+CODE = ("notebooks/artifacts.py", "specrepro", "simulations")
+_REVISION = re.compile(r"git_revision: ([0-9a-f]{7,40})")
+
+
+def staleness(figures: Path, executed: Path, root: Path) -> list[dict]:
+    """Per artifact folder of ``figures``: its marks (STALE, DRAFT), the commit its executed notebook (in
+    ``executed``) names, and the files of that notebook and of ``CODE`` that changed between that commit and HEAD
+    in the checkout ``root``: {"folder", "executed", "revision", "changed": [...], "marks": {...}}."""
+    rows = []
+    for folder in sorted(p for p in Path(figures).iterdir() if (p / INDEX_NAME).is_file()):
+        run = next((nb for nb in sorted(Path(executed).glob("*.ipynb")) if nb.stem.replace("-", "_") == folder.name),
+                   None)
+        found = _REVISION.search(run.read_text()) if run is not None else None
+        revision, changed = (found.group(1) if found else None), []
+        if revision is not None:
+            notebook = f"notebooks/{run.stem.split('-')[0]}.ipynb"
+            diff = subprocess.run(["git", "diff", "--name-only", revision, "HEAD", "--", notebook, *CODE], cwd=root,
+                                  capture_output=True, text=True)
+            changed = diff.stdout.split() if diff.returncode == 0 else [f"(git cannot compare {revision} with HEAD)"]
+        rows.append({"folder": folder.name, "executed": run.name if run else None, "revision": revision,
+                     "changed": changed, "marks": marks_of(folder)})
+    return rows
+
+
+def staleness_lines(rows: list[dict]) -> list[str]:
+    """The reproduction report's section on stale artifacts, from :func:`staleness`."""
+    lines = ["## Stale artifacts", "",
+             "An artifact is stale when its notebook's last run failed (STALE), when it was made from a tree with "
+             "uncommitted changes (DRAFT), or when the notebook or the code it calls (`" + "`, `".join(CODE) + "`) "
+             "changed after the commit its executed notebook names: then `make figures ONLY=<notebook>` remakes it.",
+             ""]
+    stale = [r for r in rows if r["changed"] or r["marks"] or r["revision"] is None]
+    if not stale:
+        return lines + ["None: every artifact folder's notebook ran at a commit whose code is unchanged at HEAD.", ""]
+    lines += ["| artifacts | executed notebook | commit it names | changed since (files) | marks |",
+              "|---|---|---|---|---|"]
+    for r in stale:
+        changed = (f"{len(r['changed'])}: " + ", ".join(f"`{f}`" for f in r["changed"][:4])
+                   + (", ..." if len(r["changed"]) > 4 else "")) if r["changed"] else "none"
+        marks = "; ".join(f"**{label}**: {_md(facts.get('reason', ''))}" for label, facts in r["marks"].items())
+        lines.append(f"| `{r['folder']}/` | {r['executed'] or 'none'} | {(r['revision'] or 'not recorded')[:12]} | "
+                     f"{changed} | {marks or '—'} |")
+    return lines + [""]
 
 
 def collect_index(figures: Path) -> list[dict]:

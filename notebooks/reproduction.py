@@ -1409,13 +1409,20 @@ def render(rows: list[ReportRow], figures: Path, committed: Path | None, base: P
     return "\n".join(lines + _conditions_table(figures))
 
 
-def write_reproduction(figures: Path, committed: Path | None, out: Path | None = None) -> Path:
-    """Write ``<figures>/REPRODUCTION.md`` (or ``out``) comparing the run in ``figures`` with ``committed``."""
+def write_reproduction(figures: Path, committed: Path | None, out: Path | None = None,
+                       executed: Path | None = None) -> Path:
+    """Write ``<figures>/REPRODUCTION.md`` (or ``out``) comparing the run in ``figures`` with ``committed``; with
+    the ``executed`` notebooks' folder, also the artifacts that are stale (``artifacts.staleness``)."""
+    from artifacts import staleness, staleness_lines
+
     figures = Path(figures)
     out = Path(out) if out is not None else figures / REPORT_NAME
     rows = evaluate(figures, committed)
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(render(rows, figures, committed, out.parent))
+    text = render(rows, figures, committed, out.parent)
+    if executed is not None:
+        text += "\n" + "\n".join(staleness_lines(staleness(figures, executed, ROOT)))
+    out.write_text(text)
     return out
 
 

@@ -348,7 +348,7 @@ def main(argv: list[str] | None = None) -> int:
     record_timings(figures, done, setup)
     md, _ = write_index(figures)
     print(f"index: {md}", flush=True)
-    report = reproduction_report(figures, out)
+    report = reproduction_report(figures, out, executed)
     if report:
         print(f"reproduction report: {report}", flush=True)
     print(f"wall time {clock(total)} for {len(jobs)} run(s)", flush=True)
@@ -361,15 +361,15 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-def reproduction_report(figures: Path, out: Path) -> Path | None:
+def reproduction_report(figures: Path, out: Path, executed: Path) -> Path | None:
     """figures/REPRODUCTION.md against the committed figures: the checkout's own when writing elsewhere, else
-    HEAD's copy from git (this run has just overwritten the working tree's)."""
+    HEAD's copy from git (this run has just overwritten the working tree's); with the stale artifacts."""
     from reproduction import committed_copy, write_reproduction
 
     if out != ROOT:
-        return write_reproduction(figures, ROOT / "figures")
+        return write_reproduction(figures, ROOT / "figures", executed=executed)
     with tempfile.TemporaryDirectory() as tmp:
-        return write_reproduction(figures, committed_copy(ROOT, Path(tmp)))
+        return write_reproduction(figures, committed_copy(ROOT, Path(tmp)), executed=executed)
 
 
 if __name__ == "__main__":

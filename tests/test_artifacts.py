@@ -86,3 +86,39 @@ def test_writing_the_committed_figures_from_an_uncommitted_tree_is_refused(monke
     assert run_notebooks.main(["--profile", "quick", "--only", "theory_moe"]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "uncommitted changes" in err and "--allow-draft" in err
+
+
+def test_staleness_names_the_code_changed_since_the_commit_a_notebook_ran(tmp_path):
+    """In a scratch git repository: the artifacts of a notebook run at the first commit are stale once specrepro/
+    changes, with the file named; those of a run at HEAD are not; a STALE mark is listed either way."""
+    import subprocess
+
+    from artifacts import mark, staleness, staleness_lines
+
+    def git(*args):
+        return subprocess.run(["git", "-c", "user.name=t", "-c", "user.email=t@t", *args], cwd=repo, check=True,
+                              capture_output=True, text=True).stdout.strip()
+    repo = tmp_path / "repo"
+    (repo / "specrepro").mkdir(parents=True)
+    (repo / "specrepro" / "a.py").write_text("x = 1\n")
+    git("init", "-q")
+    git("add", "-A")
+    git("commit", "-qm", "one")
+    first = git("rev-parse", "HEAD")
+    (repo / "specrepro" / "a.py").write_text("x = 2\n")
+    git("commit", "-qam", "two")
+    head = git("rev-parse", "HEAD")
+    figures, executed = tmp_path / "figures", tmp_path / "executed"
+    for stem in ("old", "new"):
+        (figures / stem).mkdir(parents=True)
+        (figures / stem / "index.json").write_text("[]\n")
+    executed.mkdir()
+    (executed / "old.ipynb").write_text(f'"   git_revision: {first}\\n"')
+    (executed / "new.ipynb").write_text(f'"   git_revision: {head}\\n"')
+    rows = {r["folder"]: r for r in staleness(figures, executed, repo)}
+    assert rows["old"]["changed"] == ["specrepro/a.py"] and rows["new"]["changed"] == []
+    assert "None: every artifact" in "\n".join(staleness_lines([rows["new"]]))
+    mark(figures / "new", "STALE.json", reason="the last run of new failed")
+    text = "\n".join(staleness_lines(staleness(figures, executed, repo)))
+    assert "| `old/` | old.ipynb |" in text and "`specrepro/a.py`" in text
+    assert "| `new/` | new.ipynb |" in text and "**STALE**: the last run of new failed" in text
