@@ -24,9 +24,11 @@ import subprocess
 import sys
 from pathlib import Path
 
+from specrepro import plots
 from specrepro.provenance import git_revision
 
 INDEX_NAME = "index.json"
+VERDICTS_STEM = "verdicts"  # figures/<notebook>/verdicts.csv: the claims that notebook decides
 STAGING_ENV = "SPECREPRO_ARTIFACTS_STAGING"  # set by run_notebooks.py: write here, swapped in on success
 MARKS = {"STALE.json": "STALE", "DRAFT.json": "DRAFT"}  # a folder's marks, as INDEX.md shows them
 
@@ -79,6 +81,8 @@ class Artifacts:
 
     def __init__(self, stem: str, root: Path):
         self.stem = stem
+        revision = git_revision(ignore=("figures", "notebooks/executed"))  # the checkout the package runs from
+        self.commit = revision[:10] + revision[40:]  # "abcdef1234", or with " (with uncommitted changes)"
         staging = os.environ.get(STAGING_ENV)
         self.dir = Path(staging) / stem if staging else Path(root) / "figures" / stem
         if staging:  # a fresh folder, swapped in whole when the notebook succeeds
@@ -105,8 +109,13 @@ class Artifacts:
         entries = sorted(self.entries, key=lambda e: e["artifact"])
         (self.dir / INDEX_NAME).write_text(json.dumps(entries, indent=1, ensure_ascii=False) + "\n")
 
-    def figure(self, fig, name: str, *, document: str, item: str, description: str) -> list[Path]:
-        """Save ``fig`` as ``<name>.png`` (150 dpi) and ``<name>.pdf`` (no timestamp)."""
+    def figure(self, fig, name: str, *, footer: plots.Footer, document: str, item: str,
+               description: str) -> list[Path]:
+        """Draw ``footer`` (with the commit filled in) under ``fig``, check it (``plots.check``: no raw markup,
+        a footer, a title saying theory or measured), and save it as ``<name>.png`` (150 dpi) and ``<name>.pdf``
+        (no timestamp)."""
+        plots.draw_footer(fig, footer.with_commit(footer.commit or self.commit))
+        plots.check(fig)
         paths = [self.dir / f"{name}.png", self.dir / f"{name}.pdf"]
         fig.savefig(paths[0], dpi=150, bbox_inches="tight")
         fig.savefig(paths[1], bbox_inches="tight", metadata={"CreationDate": None})
@@ -131,6 +140,16 @@ class Artifacts:
         for path in (csv_path, md_path):
             self._add(path, document, item, description)
         return [csv_path, md_path]
+
+
+    def verdicts(self, verdicts: list, *, document: str, item: str, description: str) -> list[Path]:
+        """Save the claims this notebook decides (``specrepro.metrics.verdict.Verdict``s) as ``verdicts.csv`` and
+        ``verdicts.md``; :func:`write_verdicts` gathers every notebook's into ``figures/VERDICTS.md``."""
+        rows = [{**v.row(), "notebook": f"notebooks/{self.stem}.ipynb"} for v in verdicts]
+        ids = [row["claim"] for row in rows]
+        if len(set(ids)) != len(ids):
+            raise ValueError(f"{self.stem} decides a claim twice: {sorted(i for i in ids if ids.count(i) > 1)}")
+        return self.table(rows, VERDICTS_STEM, document=document, item=item, description=description)
 
 
 def swap_in(staging: Path, figures: Path) -> list[str]:
@@ -249,6 +268,43 @@ def _timing_lines(path: Path) -> list[str]:
     return lines
 
 
+def collect_verdicts(figures: Path) -> list[dict]:
+    """Every notebook's verdicts (``figures/*/verdicts.csv``), in claim order; a claim decided by two notebooks is
+    an error naming both, since a reader could not tell which one holds."""
+    rows, seen = [], {}
+    for path in sorted(Path(figures).glob(f"*/{VERDICTS_STEM}.csv")):
+        with path.open(newline="") as handle:
+            for row in csv.DictReader(handle):
+                if row["claim"] in seen:
+                    raise ValueError(f"claim {row['claim']!r} is decided twice: in {seen[row['claim']]} and in "
+                                     f"{path.relative_to(figures)}; one notebook decides it, the other points to it")
+                seen[row["claim"]] = path.relative_to(figures).as_posix()
+                rows.append({**row, "artifact": seen[row["claim"]]})
+    return sorted(rows, key=lambda r: r["claim"])
+
+
+def write_verdicts(figures: Path) -> Path:
+    """``figures/VERDICTS.md``: one row per claim (claim, n, estimate and interval, threshold, verdict, where)."""
+    rows = collect_verdicts(figures)
+    lines = ["# Verdicts: one per claim", "",
+             "Written by `notebooks/run_notebooks.py` from each notebook's `verdicts.csv`; do not edit by hand. Each "
+             "claim is decided in one notebook, by where the 95% paired-bootstrap interval of its statistic lies "
+             "against the threshold (`specrepro/metrics/verdict.py`): **holds** (the whole interval on the claimed "
+             "side), **fails** (the whole interval on the other side), or **undecided, n too small** (it straddles "
+             "the threshold).", ""]
+    counts = {v: sum(r["verdict"] == v for r in rows) for v in ("holds", "fails", "undecided, n too small")}
+    lines += [", ".join(f"{n} {v}" for v, n in counts.items()) + f" ({len(rows)} claims).", "",
+              "| claim | statement | n | estimate | 95% interval | threshold | verdict | decided in |",
+              "|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        lines.append(f"| `{r['claim']}` | {_md(r['statement'])} | {_md(r['n'])} | {r['estimate']} | "
+                     f"[{r['low']}, {r['high']}] | {r['threshold']} | **{r['verdict']}** | "
+                     f"[{r['artifact'].replace('.csv', '.md')}]({r['artifact'].replace('.csv', '.md')}) |")
+    path = Path(figures) / "VERDICTS.md"
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
 def write_index(figures: Path) -> tuple[Path, Path]:
     """Write ``figures/INDEX.md`` and ``figures/index.json`` from the notebooks' own indexes.
 
@@ -257,7 +313,7 @@ def write_index(figures: Path) -> tuple[Path, Path]:
     figures = Path(figures)
     entries = collect_index(figures)
     listed = {e["artifact"] for e in entries}
-    own = {"INDEX.md", INDEX_NAME, "REPRODUCTION.md", "timings.json", *MARKS}
+    own = {"INDEX.md", INDEX_NAME, "REPRODUCTION.md", "VERDICTS.md", "timings.json", *MARKS}
     unlisted = sorted(
         p.relative_to(figures).as_posix() for p in figures.rglob("*")
         if p.is_file() and p.name not in own and p.relative_to(figures).as_posix() not in listed)

@@ -122,3 +122,22 @@ def test_staleness_names_the_code_changed_since_the_commit_a_notebook_ran(tmp_pa
     text = "\n".join(staleness_lines(staleness(figures, executed, repo)))
     assert "| `old/` | old.ipynb |" in text and "`specrepro/a.py`" in text
     assert "| `new/` | new.ipynb |" in text and "**STALE**: the last run of new failed" in text
+
+
+def test_one_verdict_per_claim(tmp_path, monkeypatch):
+    """Each notebook's verdicts are gathered into VERDICTS.md; a claim decided by two notebooks is refused."""
+    from artifacts import Artifacts, write_verdicts
+    from specrepro.metrics.verdict import at_least
+
+    monkeypatch.delenv("SPECREPRO_ARTIFACTS_STAGING", raising=False)
+    claim = at_least("toy.speedup", "toy is at least 1.3x", "8 prompts × 2 seeds", 1.5, (1.4, 1.6), 1.3)
+    Artifacts("first", tmp_path).verdicts([claim], document="d", item="i", description="x")
+    text = write_verdicts(tmp_path / "figures").read_text()
+    assert "`toy.speedup`" in text and "**holds**" in text and "[1.4, 1.6]" in text
+    Artifacts("second", tmp_path).verdicts([claim], document="d", item="i", description="x")
+    try:
+        write_verdicts(tmp_path / "figures")
+    except ValueError as error:
+        assert "decided twice" in str(error) and "first/verdicts.csv" in str(error)
+    else:
+        raise AssertionError("a claim decided in two notebooks was accepted")

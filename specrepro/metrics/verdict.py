@@ -1,0 +1,121 @@
+"""One verdict per claim: a claim is decided by where a confidence interval lies against its threshold.
+
+A claim ("mentored decoding is at least 1.3× speculative sampling", "its NLL rises by at most 0.05 nats per token")
+is a statistic and a threshold. Its interval comes from a paired bootstrap over the units that vary — prompts, and
+seeds when there are several — so that each resample keeps every method's runs on the same prompts together and a
+prompt's own difficulty cancels. Then, for a claim "statistic ≥ threshold" (:func:`at_least`):
+
+- **holds** when the whole interval lies at or above the threshold;
+- **fails** when the whole interval lies below it;
+- **undecided, n too small** when the interval straddles it: more prompts or seeds would be needed to tell.
+
+:func:`at_most` is the mirror. Nothing is decided from the range of single runs: a few runs' spread says little about
+the mean, and with few prompts it covers every outcome. A notebook decides each claim it owns once and writes the
+verdicts with ``Artifacts.verdicts``; ``run_notebooks.py`` gathers them into ``figures/VERDICTS.md`` and refuses a
+claim decided in two places.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass
+from typing import Callable
+
+import numpy as np
+
+HOLDS, FAILS, UNDECIDED = "holds", "fails", "undecided, n too small"
+VERDICTS = (HOLDS, FAILS, UNDECIDED)
+LEVEL = 0.95
+
+__all__ = ["FAILS", "HOLDS", "LEVEL", "UNDECIDED", "VERDICTS", "Verdict", "all_of", "at_least", "at_most",
+           "paired_bootstrap"]
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """One claim, decided. ``low``/``high`` is the ``LEVEL`` interval of ``estimate``; ``n`` says what it rests on
+    (e.g. "8 prompts × 3 seeds")."""
+    claim: str  # a stable id, unique across the notebooks, e.g. "mentored.speedup_within_quality_noise"
+    statement: str  # the claim in words, with its threshold
+    n: str
+    estimate: float
+    low: float
+    high: float
+    threshold: float
+    verdict: str  # one of VERDICTS
+    rule: str  # how the interval was made and read
+
+    def __post_init__(self):
+        if self.verdict not in VERDICTS:
+            raise ValueError(f"verdict must be one of {VERDICTS}, got {self.verdict!r}")
+        if not self.claim or any(ch.isspace() for ch in self.claim):
+            raise ValueError(f"a claim id is one word, got {self.claim!r}")
+
+    def row(self) -> dict:
+        return asdict(self)
+
+
+def _interval(interval) -> tuple[float, float]:
+    low, high = (float(v) for v in interval)
+    if not (math.isfinite(low) and math.isfinite(high)) or low > high:
+        raise ValueError(f"an interval is (low, high) with finite low <= high, got {interval!r}")
+    return low, high
+
+
+def at_least(claim: str, statement: str, n: str, estimate: float, interval, threshold: float,
+             rule: str = "") -> Verdict:
+    """The claim "statistic ≥ threshold": holds if low ≥ threshold, fails if high < threshold, else undecided."""
+    low, high = _interval(interval)
+    verdict = HOLDS if low >= threshold else FAILS if high < threshold else UNDECIDED
+    rule = rule or f"{LEVEL:.0%} paired bootstrap interval against ≥ {threshold:g}"
+    return Verdict(claim, statement, n, float(estimate), low, high, float(threshold), verdict, rule)
+
+
+def at_most(claim: str, statement: str, n: str, estimate: float, interval, threshold: float,
+            rule: str = "") -> Verdict:
+    """The claim "statistic ≤ threshold": holds if high ≤ threshold, fails if low > threshold, else undecided."""
+    low, high = _interval(interval)
+    verdict = HOLDS if high <= threshold else FAILS if low > threshold else UNDECIDED
+    rule = rule or f"{LEVEL:.0%} paired bootstrap interval against ≤ {threshold:g}"
+    return Verdict(claim, statement, n, float(estimate), low, high, float(threshold), verdict, rule)
+
+
+def all_of(claim: str, statement: str, parts: list[Verdict], rule: str = "") -> Verdict:
+    """A conjunction: holds if every part holds, fails if any fails, else undecided. It reports the first part's
+    estimate and interval (the one the statement leads with)."""
+    if not parts:
+        raise ValueError("all_of needs at least one part")
+    verdicts = {p.verdict for p in parts}
+    verdict = FAILS if FAILS in verdicts else HOLDS if verdicts == {HOLDS} else UNDECIDED
+    lead = parts[0]
+    rule = rule or "holds if every part holds: " + "; ".join(f"{p.claim} {p.verdict}" for p in parts)
+    return Verdict(claim, statement, lead.n, lead.estimate, lead.low, lead.high, lead.threshold, verdict, rule)
+
+
+def paired_bootstrap(x, statistic: Callable[[np.ndarray], float], *, resamples: int = 2000, level: float = LEVEL,
+                     seed: int = 0) -> tuple[float, float]:
+    """Percentile interval of ``statistic`` under resampling of prompts and seeds.
+
+    ``x`` is [P] (P prompts) or [P, S, ...] (S seeds; axis 1 is always seeds, so methods go on axis 2 or later,
+    with S = 1 for one seed). Each resample draws P prompts with replacement along
+    axis 0 and, when ``x`` has a second axis, S seeds with replacement along axis 1 (the same seeds for every
+    prompt: a seed is a run of every method); whatever sits on later axes (methods, numerators and denominators)
+    stays together, so differences and ratios between methods are paired. ``statistic`` maps an array of ``x``'s
+    layout to a float."""
+    if not 0 < level < 1:
+        raise ValueError(f"level must be in (0, 1), got {level}")
+    if resamples < 1:
+        raise ValueError(f"resamples must be >= 1, got {resamples}")
+    x = np.asarray(x, dtype=float)
+    if x.ndim == 0 or x.shape[0] == 0:
+        raise ValueError(f"x must have at least one prompt on axis 0, got shape {x.shape}")
+    if not np.isfinite(x).all():
+        raise ValueError("x holds a value that is not finite (drop that prompt from every method first)")
+    rng = np.random.default_rng(seed)
+    values = np.empty(resamples)
+    for b in range(resamples):
+        sample = x[rng.integers(0, x.shape[0], x.shape[0])]  # [P, ...]
+        if x.ndim >= 2:
+            sample = sample[:, rng.integers(0, x.shape[1], x.shape[1])]  # [P, S, ...]
+        values[b] = statistic(sample)
+    tail = (1 - level) / 2
+    return float(np.quantile(values, tail)), float(np.quantile(values, 1 - tail))
