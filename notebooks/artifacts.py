@@ -95,13 +95,14 @@ class Artifacts:
                 (self.dir.parent / entry["artifact"]).unlink(missing_ok=True)
             old_index.unlink()
 
-    def _add(self, path: Path, document: str, item: str, description: str) -> None:
+    def _add(self, path: Path, document: str, item: str, description: str, **facts) -> None:
         self.entries.append({
             "artifact": path.relative_to(self.dir.parent).as_posix(),
             "document": document,
             "item": item,
             "notebook": f"notebooks/{self.stem}.ipynb",
             "description": description,
+            **facts,  # a figure's "document_number": whether it draws the document's own number
         })
         self._write_index()
 
@@ -120,7 +121,7 @@ class Artifacts:
         fig.savefig(paths[0], dpi=150, bbox_inches="tight")
         fig.savefig(paths[1], bbox_inches="tight", metadata={"CreationDate": None})
         for path in paths:
-            self._add(path, document, item, description)
+            self._add(path, document, item, description, document_number=plots.shows_document_number(fig))
         return paths
 
     def table(self, rows: list[dict], name: str, *, document: str, item: str,
@@ -337,6 +338,11 @@ def write_index(figures: Path) -> tuple[Path, Path]:
                       "from a tree with uncommitted changes, so no commit reproduces them.", ""] + [
             f"- `{folder}/`: " + "; ".join(f"{label} since {facts.get('since_utc')}: {_md(facts.get('reason', ''))}"
                                            for label, facts in marks.items()) for folder, marks in marked.items()] + [""]
+    pngs = [e for e in entries if e["artifact"].endswith(".png")]
+    marked_pngs = [e for e in pngs if e.get("document_number")]
+    lines[5:5] = [f"{len(marked_pngs)} of {len(pngs)} figures draw the document's own number beside ours "
+                  "(`plots.document_marker` / `plots.document_line`); tables carry it in a `paper`/`document` "
+                  "column.", ""]
     lines += _timing_lines(figures / "timings.json")
     if unlisted:
         lines += ["", "## Files no notebook lists", ""] + [f"- `{p}`" for p in unlisted]

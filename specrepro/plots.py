@@ -40,10 +40,11 @@ import matplotlib.pyplot as plt  # noqa: E402  (after the style is set)
 MEASURED, THEORY, BOTH = "measured", "theory", "theory and measured"
 KINDS = (MEASURED, THEORY, BOTH)
 FOOTER_GID = "specrepro-footer"
+DOCUMENT_GID = "specrepro-document"  # an artist that shows the document's own number
 FOOTER_SIZE = 6.5
 
 __all__ = ["BOTH", "KINDS", "MEASURED", "THEORY", "Footer", "check", "draw_footer", "figure", "legend", "texts",
-           "title", "document_marker"]
+           "title", "document_line", "document_marker", "shows_document_number"]
 
 
 def figure(nrows: int = 1, ncols: int = 1, *, width: float | None = None, height: float | None = None,
@@ -81,7 +82,19 @@ def document_marker(ax, x, y, label: str, **kwargs):
     (e.g. "PPD paper, Vicuna-7B, A100, batch 1")."""
     style = {"marker": "*", "s": 110, "facecolors": "none", "edgecolors": "black", "linewidths": 1.0, "zorder": 5}
     style.update(kwargs)
-    return ax.scatter(x, y, label=label, **style)
+    return ax.scatter(x, y, label=label, gid=DOCUMENT_GID, **style)
+
+
+def document_line(ax, y, label: str, **kwargs):
+    """The document's own number as a dotted black horizontal line (a value that holds across the x axis)."""
+    style = {"color": "black", "ls": ":", "lw": 1.2, "zorder": 4}
+    style.update(kwargs)
+    return ax.axhline(y, label=label, gid=DOCUMENT_GID, **style)
+
+
+def shows_document_number(fig) -> bool:
+    """Whether ``fig`` draws the document's own number (:func:`document_marker` or :func:`document_line`)."""
+    return any(artist.get_gid() == DOCUMENT_GID for artist in fig.findobj())
 
 
 @dataclass(frozen=True)

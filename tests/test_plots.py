@@ -73,3 +73,13 @@ def test_bad_kind_and_missing_profile_are_refused():
         plots.Footer("guess", profile="quick")
     with pytest.raises(ValueError, match="profile"):
         plots.Footer(plots.THEORY)
+
+
+def test_the_documents_number_is_detected_only_when_drawn():
+    fig, ax = good()
+    assert not plots.shows_document_number(fig)
+    plots.document_marker(ax, [1.5], [1.5], "PPD paper: Vicuna-7B, A100, batch 1")
+    assert plots.shows_document_number(fig)
+    fig, ax = good()
+    plots.document_line(ax, 2.0, "Chen et al.: Chinchilla 70B")
+    assert plots.shows_document_number(fig)
