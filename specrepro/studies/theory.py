@@ -191,17 +191,26 @@ def fitted_powers(fit) -> dict:
             "r_squared_energy": fit.powers.r_squared, "max_abs_residual_J": max(abs(r) for r in fit.powers.residuals)}
 
 
+# MJSD §5 "Datasets and Models": the draft/target pairs behind each Table 2 row. The paper gives no time ratio c for
+# them, so the parameter ratio stands in for it (a lower bound on the time ratio of a draft that runs on the same GPU).
+MJSD_TABLE2_PAIRS = {"OPT": ("OPT-125m", "OPT-13B", 125e6 / 13e9),
+                     "Llama-2": ("Llama-68M", "Llama-2-13B", 68e6 / 13e9)}
+
+
 def energy_vs_speedup_table2() -> list[dict]:
     """MJSD Table 2: per row and method (speculative, MJSD), the energy saving (greedy J/token over the method's)
-    beside the printed speedup, and their ratio."""
+    beside the printed speedup, their ratio, and the draft/target parameter ratio that stands in for c
+    (``MJSD_TABLE2_PAIRS``)."""
     rows = []
     for printed in sim.MJSD_TABLE2:
         r = dict(zip(sim.MJSD_TABLE2_COLUMNS, printed))
+        draft, target, c_params = MJSD_TABLE2_PAIRS[r["model"]]
         for method in ("speculative", "mjsd"):
             saving = r["energy_greedy_J"] / r[f"energy_{method}_J"]
             rows.append({"dataset": r["dataset"], "model": r["model"], "method": method,
                          "speedup (paper)": r[f"speedup_{method}"], "energy_saving (paper)": saving,
-                         "saving_over_speedup (paper)": saving / r[f"speedup_{method}"]})
+                         "saving_over_speedup (paper)": saving / r[f"speedup_{method}"],
+                         "pair (paper §5)": f"{draft} / {target}", "c_by_parameters": c_params})
     return rows
 
 

@@ -79,6 +79,9 @@ def test_energy_tables():
     assert 0 < powers["memory_share_b16"] < powers["memory_share_b1"] < 1  # larger batches spend more on FLOPs
     table2 = theory.energy_vs_speedup_table2()
     assert len(table2) == 2 * len(sim.MJSD_TABLE2) and [r["method"] for r in table2[:2]] == ["speculative", "mjsd"]
+    # each row is drawn at its pair's draft/target parameter ratio (the paper gives no time ratio c)
+    assert {r["model"]: r["c_by_parameters"] for r in table2} == {
+        "OPT": pytest.approx(125e6 / 13e9), "Llama-2": pytest.approx(68e6 / 13e9)}
     predicted = theory.predicted_saving_ratio(fit, [0.0, 0.1])
     assert [r["c"] for r in predicted] == [0.0, 0.1] and predicted[0]["beta_time"] == float(fit.time_beta(5))
 
