@@ -19,6 +19,7 @@ from ..cost import tree_speedup
 from ..drafters.medusa import MedusaConfig, MedusaDrafter, MedusaHeads, random_paths, sparse_tree
 from ..metrics.profile import Profile
 from .common import rows_of
+from .ppd import PAPER_GPU, PAPER_TABLE1_ROWS, paper_table1
 from .trees import tree_tau
 
 CHAIN = ((0,), (0, 0), (0, 0, 0))  # the top-1 chain of depth 3: one candidate per head
@@ -76,19 +77,25 @@ def theoretical_speedups(fig8a: Sequence[dict], prof: Profile) -> list[dict]:
     return rows
 
 
-def bench_table(result: BenchResult, variants: Sequence[str]) -> list[dict]:
-    """Fig. 8(c): one row per bench variant (plain decoding has no tree size) with its measured speed."""
+def bench_table(result: BenchResult, variants: Sequence[str], prof: Profile | None = None) -> list[dict]:
+    """Fig. 8(c): one row per bench variant (plain decoding has no tree size) with its measured speed; given the
+    bench's device profile, also ``speedup_vs_L_fp1`` = L_fp(1) x tokens/s, the speed on the theory's baseline (one
+    profiled target forward a token, ``trees.profile_baseline_speedups``)."""
     rows = rows_of(result)
-    return [{"variant": v, "tree_size": result.provenance["tree_sizes"][v]["size"] if v != "ar" else None,
+    table = [{"variant": v, "tree_size": result.provenance["tree_sizes"][v]["size"] if v != "ar" else None,
              "dtype": rows[v]["dtype"], "tokens_per_s": rows[v]["tokens_per_s"], "speedup": rows[v]["speedup"],
              "speedup_median": rows[v]["speedup_median"], "tokens_per_call": rows[v]["tokens_per_call"],
              "predicted_speedup": rows[v]["predicted_speedup"], "efficiency": rows[v]["efficiency"],
              "identical_to_ar": rows[v]["identical_to_ar"]} for v in variants]
+    if prof is not None:
+        for r in table:
+            r["speedup_vs_L_fp1"] = prof.l_fp(1) * r["tokens_per_s"]
+    return table
 
 
 def table1(result: BenchResult, prof: Profile, heads_record: dict, target: str, cpu: str) -> list[dict]:
     """Table 1: vanilla decoding and Medusa at its hardware-aware size n measured on ``target`` (throughput, τ,
-    L_fp, trainable %, tree size, input length n + 1), then the paper's PPD rows as printed."""
+    L_fp, trainable %, tree size, input length n + 1), then every row of the paper's Table 1 as printed."""
     rows, n = rows_of(result), result.provenance["tree_sizes"]["medusa"]["size"]
     table = [
         {"model": target, "method": "vanilla", "throughput_tok_s": rows["ar"]["tokens_per_s"], "tau": 1.0,
@@ -99,8 +106,12 @@ def table1(result: BenchResult, prof: Profile, heads_record: dict, target: str, 
          "trainable_pct": 100 * heads_record["trainable_fraction"], "tree_size": n, "input_length": n + 1,
          "device": f"CPU {cpu}, {rows['medusa']['dtype']}"},
     ]
-    for name, r in sim_ppd.PAPER_TABLE1.items():
-        table.append({"model": f"{name} (paper)", "method": "PPD", "throughput_tok_s": None, "tau": r["tau"],
-                      "L_fp_ms": 1e3 * r["latency"], "trainable_pct": None, "tree_size": max(r["s_tr"]),
-                      "input_length": max(r["s_input"]), "device": "GPU (paper)"})
+    for r in table:
+        r["setting"] = f"T = 0, batch 1, {r['device']}"
+    for model, method, *_ in PAPER_TABLE1_ROWS:  # every row of the paper's Table 1, as printed
+        p = paper_table1(model, method)
+        table.append({"model": f"{model} (paper)", "method": method, "throughput_tok_s": p["throughput"],
+                      "tau": p["tau"], "L_fp_ms": 1e3 * p["L_fp_s"], "trainable_pct": p["trainable_pct"],
+                      "tree_size": p["S_tr"], "input_length": p["S_input"], "device": "GPU (paper)",
+                      "setting": f"MT-Bench, {p['decoding']}, {PAPER_GPU} (Table 1 as printed)"})
     return table

@@ -41,9 +41,56 @@ PAPER_ABLATIONS = {  # the paper's printed rows of Tables 2-8: ACCURACY_CELLS in
 BASELINE = {"Table 2": [], "Table 3": ["ept1", "ept2"], "Table 4": ["ept1"], "Table 5": ["ept1"], "Table 6": ["ept2"],
             "Table 7": ["ept2"], "Table 8": ["ept1"]}  # the default-recipe rows each table compares against
 ABLATION_COLUMNS = ("epts", "kd", "steps", "batch", "mask", "aggregation", "exits", "prefix", "head")
-MEDUSA_PAPER = {"model": "Vicuna-7B (paper)", "method": "Medusa", "throughput_tok_s": 82.0, "tau": 2.51,
-                "L_fp_ms": 30.7, "trainable_pct": 8.07, "S_tr": "63", "S_input": "63", "positions_per_step": None,
-                "device": "GPU (paper)"}  # Table 1's Medusa row as printed
+# The paper's own numbers that our figures set beside ours. Its inference runs: one NVIDIA A100-40GB or one GeForce
+# RTX 4090, batch 1, FP16 (§5 "Models and testbeds"); its Table 1 does not say which of the two GPUs each row used.
+PAPER_GPU = "A100-40GB or RTX 4090, fp16, batch 1"
+# Table 1 as printed: model, method, throughput T (tokens/s), τ, L_fp (s), MT-Bench quality, P_tr (%), S_tr, S_input.
+# MobileLLaMA rows: greedy; Vicuna rows: non-greedy (MT-Bench's default temperature); all on MT-Bench.
+PAPER_TABLE1_ROWS = (
+    ("MobileLLaMA", "vanilla", 50.2, 1.00, 0.020, None, None, "NA", "1", "greedy"),
+    ("MobileLLaMA", "PPD", 108.7, 2.43, 0.022, "Same", 4.50e-4, "(10, 84, 89)", "(40, 285, 285)", "greedy"),
+    ("Vicuna-7B", "vanilla", 39.2, 1.00, 0.026, 5.99, None, "NA", "1", "non-greedy"),
+    ("Vicuna-7B", "Medusa", 82.0, 2.51, 0.0307, 5.98, 8.07, "63", "63", "non-greedy"),
+    ("Vicuna-7B", "PPD", 88.0, 2.54, 0.029, 5.93, 1.82e-4, "(10, 33, 34)", "(40, 105, 105)", "non-greedy"),
+    ("Vicuna-13B", "vanilla", 30.4, 1.00, 0.0330, 6.38, None, "NA", "1", "non-greedy"),
+    ("Vicuna-13B", "Medusa", 63.4, 2.59, 0.0408, None, 5.52, "63", "63", "non-greedy"),
+    ("Vicuna-13B", "PPD", 66.1, 2.44, 0.0379, 6.32, 7.87e-5, "(10, 20, 20)", "(40, 60, 60)", "non-greedy"),
+)
+
+
+def paper_table1(model: str, method: str) -> dict:
+    """One printed row of Table 1 as {throughput, tau, L_fp_s, quality, trainable_pct, S_tr, S_input, decoding}."""
+    keys = ("throughput", "tau", "L_fp_s", "quality", "trainable_pct", "S_tr", "S_input", "decoding")
+    row = next(r for r in PAPER_TABLE1_ROWS if r[:2] == (model, method))
+    return dict(zip(keys, row[2:]))
+
+
+def paper_speedup(model: str, method: str) -> float:
+    """Speedup over vanilla decoding derived from Table 1's throughputs (same model, MT-Bench): T / T_vanilla."""
+    return paper_table1(model, method)["throughput"] / paper_table1(model, "vanilla")["throughput"]
+
+
+# Fig. 5's text (§5.1): PPD's walltime speedup at T = 0 on MT-Bench, HumanEval and GSM8K over MobileLLaMA, Vicuna-7B
+# and Vicuna-13B on both GPUs is 2.12x to 2.49x; on the code and math tasks 2.21x to 2.49x.
+PAPER_FIG5_RANGE = (2.12, 2.49)
+PAPER_FIG5_CODE_MATH = (2.21, 2.49)
+# Memory (abstract, §1 and §5.3): PPD's runtime memory overhead 0.0004 % (model not named); 0.004 % of Medusa's.
+PAPER_RUNTIME_MEMORY_PCT = 0.0004
+# Training cost (abstract, §1): prompt tokens in 16 h on one A100-40GB (8 h on four RTX 3090); Eagle 1-2 days on
+# four A100s. Medusa's training time is not printed.
+PAPER_TRAIN_HOURS = 16.0
+# Fig. 9's text (Appendix A; 3 prompt tokens, ShareGPT, 12 epochs; the model is not named): 1 EPT starts above 5 and
+# falls below 2 within the first epoch, then oscillates slightly below 2; 100 EPTs start below 3 and reach about 2.5
+# after the first epoch, then keep falling.
+PAPER_FIG9 = {  # EPTs -> (level, as the text says it) at the start and after the first epoch
+    1: {"start": (5.0, "first loss above 5"), "later": (2.0, "below 2 within epoch 1, then slightly below 2")},
+    100: {"start": (3.0, "first loss below 3"), "later": (2.5, "about 2.5 after epoch 1, then falling")},
+}
+# How each method's weights were trained and are stored (the zoo's training records and files); the bench's dtype
+# is the one each runs in.
+TRAIN_DTYPE = {"PPD": "trained fp32, stored fp32",
+               "Medusa": "trained fp32 on bf16-cached target states, stored fp32",
+               "speculative (distilled draft)": "trained fp32, stored bf16"}
 
 
 # ------------------------------------------------------------------ training and ablation records
@@ -158,7 +205,7 @@ def mean_input_length(records: Sequence[dict], label: str) -> float:
 def table1(result: BenchResult, config: PPDConfig, ppd_record: dict, medusa_record: dict, target: str) -> list[dict]:
     """Table 1: vanilla decoding, Medusa and PPD at their hardware-aware sizes measured on ``target`` (throughput, τ,
     L_fp of each one's mean step input, trainable %, candidates and input length per state, positions per step),
-    then the paper's PPD rows and its Medusa row as printed."""
+    then every row of the paper's Table 1 as printed (throughput, MT-Bench quality and setting included)."""
     rows, sizes = rows_of(result), result.provenance["tree_sizes"]
     prof = bench_profile(result, rows["ppd"]["dtype"])
     n_ppd, n_medusa = sizes["ppd"]["size"], sizes["medusa"]["size"]
@@ -181,11 +228,16 @@ def table1(result: BenchResult, config: PPDConfig, ppd_record: dict, medusa_reco
          "positions_per_step": str(tuple(int(x) for x in input_lengths(tree, config.epts))),
          "device": f"CPU, {rows['ppd']['dtype']}"},
     ]
-    for name, r in sim_ppd.PAPER_TABLE1.items():
-        table.append({"model": f"{name} (paper)", "method": "PPD", "throughput_tok_s": None, "tau": r["tau"],
-                      "L_fp_ms": 1e3 * r["latency"], "trainable_pct": None, "S_tr": str(r["s_tr"]),
-                      "S_input": str(r["s_input"]), "positions_per_step": None, "device": "GPU (paper)"})
-    return table + [dict(MEDUSA_PAPER)]
+    for r in table:
+        r.update(quality_mt_bench=None, setting=f"T = 0, batch 1, {r['device']}")
+    for model, method, *_ in PAPER_TABLE1_ROWS:
+        p = paper_table1(model, method)
+        table.append({"model": f"{model} (paper)", "method": method, "throughput_tok_s": p["throughput"],
+                      "tau": p["tau"], "L_fp_ms": 1e3 * p["L_fp_s"], "trainable_pct": p["trainable_pct"],
+                      "S_tr": p["S_tr"], "S_input": p["S_input"], "positions_per_step": None, "device": "GPU (paper)",
+                      "quality_mt_bench": p["quality"],
+                      "setting": f"MT-Bench, {p['decoding']}, {PAPER_GPU} (Table 1 as printed)"})
+    return table
 
 
 def methods_table(result: BenchResult, variants: Sequence[str]) -> list[dict]:
@@ -226,12 +278,10 @@ def kv_bytes_per_position(model_config, bytes_per: int) -> int:
 
 def memory_table(result: BenchResult, target: torch.nn.Module, draft_params: int, ppd_record: dict,
                  medusa_record: dict, draft_record: dict) -> list[dict]:
-    """Figs. 7 and 1: extra weights (count, MB in PPD's bench dtype, % of the target), the extra KV positions and
-    MB of one step, the measured speedup and the training CPU minutes of PPD, Medusa and the distilled draft
-    (``speculative:g2``, 2 extra positions a step)."""
+    """Figs. 7 and 1: extra weights (count, MB in the dtype each method ran in on the bench, % of the target), the
+    extra KV positions and MB of one step, the measured speedup and the training CPU minutes of PPD, Medusa and the
+    distilled draft (``speculative:g2``, 2 extra positions a step), with each one's bench and training dtypes."""
     rows = rows_of(result)
-    bytes_per = 2 if rows["ppd"]["dtype"] in ("bf16", "fp16") else 4
-    kv = kv_bytes_per_position(target.config, bytes_per)
     positions = lambda label: mean_input_length(result.records, label) - 1
     medusa_s = medusa_record["times_s"]
     table = [
@@ -245,8 +295,11 @@ def memory_table(result: BenchResult, target: torch.nn.Module, draft_params: int
          "speedup": rows["speculative:g2"]["speedup"], "train_cpu_min": draft_record["times_s"]["train_s"] / 60},
     ]
     target_params = parameter_count(target)
-    for r in table:
+    for r, label in zip(table, ("ppd", "medusa", "speculative:g2")):
+        bytes_per = 2 if rows[label]["dtype"] in ("bf16", "fp16") else 4  # the dtype this method ran in
         r["extra_weight_MB"] = r["extra_params"] * bytes_per / 2**20
         r["extra_pct_of_target"] = 100 * r["extra_params"] / target_params
-        r["step_kv_MB"] = r["step_kv_positions"] * kv / 2**20
+        r["step_kv_MB"] = r["step_kv_positions"] * kv_bytes_per_position(target.config, bytes_per) / 2**20
+        r["bench_dtype"] = rows[label]["dtype"]
+        r["train_dtype"] = TRAIN_DTYPE[r["method"]]
     return table

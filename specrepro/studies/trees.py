@@ -42,3 +42,19 @@ def measured_speedups(result: BenchResult, variants: Sequence[str]) -> list[tupl
     rows = rows_of(result)
     return [(result.provenance["tree_sizes"][v]["size"], rows[v]["speedup"], rows[v]["tokens_per_call"])
             for v in variants]
+
+
+def plain_step_ratio(result: BenchResult, prof: Profile, baseline: str = "ar") -> float:
+    """L_fp(1) / (seconds per token of plain decoding in the bench): how much of a real plain-decoding step is the one
+    target forward the theory counts (1 when nothing else costs time; below 1 by the sampling, cache and Python
+    overhead of each step, the prefill and a context longer than the profile's)."""
+    return prof.l_fp(1) * rows_of(result)[baseline]["tokens_per_s"]
+
+
+def profile_baseline_speedups(result: BenchResult, variants: Sequence[str], prof: Profile) -> list[dict]:
+    """Fig. 8(c)'s measured points on both baselines, in the order of ``variants``: ``speedup_vs_plain`` over the
+    bench's plain decoding (tokens/s ratio), and ``speedup_vs_L_fp1`` = L_fp(1) x tokens/s, over one profiled target
+    forward a token: the theory's baseline τ(n)·L_fp(1)/L_fp(n+1). The two differ by :func:`plain_step_ratio`."""
+    ratio = plain_step_ratio(result, prof)
+    return [{"tree_size": n, "speedup_vs_plain": s, "speedup_vs_L_fp1": s * ratio, "tokens_per_call": tpc}
+            for n, s, tpc in measured_speedups(result, variants)]

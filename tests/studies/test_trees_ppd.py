@@ -121,7 +121,11 @@ def test_medusa_bench_table_and_table1():
     assert vanilla["L_fp_ms"] == 1.0 and vanilla["throughput_tok_s"] == 10.0 and vanilla["device"] == "CPU cpu, fp32"
     assert heads["tree_size"] == 6 and heads["input_length"] == 7 and heads["L_fp_ms"] == 7.0
     assert heads["trainable_pct"] == 1.0 and heads["tau"] == 1.5
-    assert [r["model"] for r in t1[2:]] == [f"{name} (paper)" for name in PAPER_TABLE1]
+    assert [r["model"] for r in t1[2:]] == [f"{m} (paper)" for m, *_ in ppd.PAPER_TABLE1_ROWS]
+    assert {r["model"].removesuffix(" (paper)") for r in t1[2:]} == set(PAPER_TABLE1)
+    assert list(t1[0]) == list(t1[-1])  # one set of columns
+    with_profile = medusa_study.bench_table(result, ("ar", "medusa"), LinearProfile())
+    assert with_profile[1]["speedup_vs_L_fp1"] == pytest.approx(1e-3 * 20.0)
 
 
 # ------------------------------------------------------------------ the PPD notebook
@@ -213,7 +217,10 @@ def test_ppd_table1_methods_and_memory(monkeypatch):
     assert [r["method"] for r in t1[:3]] == ["vanilla", "Medusa (3 heads)", "PPD (3 prompt tokens, 1 EPT)"]
     assert t1[0]["L_fp_ms"] == 1.0 and t1[1]["L_fp_ms"] == 3.0 and t1[2]["L_fp_ms"] == 5.0  # mean step inputs 3, 5
     assert t1[1]["S_input"] == "2" and t1[1]["positions_per_step"] == "3" and t1[2]["trainable_pct"] == 0.1
-    assert len(t1) == 3 + len(PAPER_TABLE1) + 1 and t1[-1]["method"] == "Medusa"
+    assert len(t1) == 3 + len(ppd.PAPER_TABLE1_ROWS) and list(t1[0]) == list(t1[-1])
+    paper_7b = [r for r in t1 if r["model"] == "Vicuna-7B (paper)"]
+    assert [r["method"] for r in paper_7b] == ["vanilla", "Medusa", "PPD"] and paper_7b[1]["throughput_tok_s"] == 82.0
+    assert ppd.paper_speedup("Vicuna-7B", "PPD") == pytest.approx(88.0 / 39.2)
     assert [r["method"] for r in ppd.methods_table(result, labels)] == ["ppd", "medusa", "speculative:g2",
                                                                          "prompt-lookup"]
     target = torch.nn.Linear(4, 4)  # 20 parameters
@@ -224,3 +231,12 @@ def test_ppd_table1_methods_and_memory(monkeypatch):
     assert [r["train_cpu_min"] for r in fig7] == [1.0, 3.0, 10.0]
     assert fig7[2]["extra_pct_of_target"] == 200.0 and fig7[0]["extra_weight_MB"] == 96 * 4 / 2**20
     assert fig7[0]["step_kv_MB"] == 4.0 * 64 / 2**20
+    assert [r["bench_dtype"] for r in fig7] == ["fp32"] * 3 and fig7[2]["train_dtype"].endswith("stored bf16")
+
+
+def test_profile_baseline_speedups_rescale_by_the_plain_step():
+    result = tree_bench()  # ar 10 tokens/s: 0.1 s a token; LinearProfile: L_fp(1) = 1 ms
+    assert trees.plain_step_ratio(result, LinearProfile()) == pytest.approx(0.01)
+    rows = trees.profile_baseline_speedups(result, ["medusa:t4", "medusa"], LinearProfile())
+    assert [r["tree_size"] for r in rows] == [4, 6] and rows[0]["speedup_vs_plain"] == 3.0
+    assert rows[0]["speedup_vs_L_fp1"] == pytest.approx(3.0 * 0.01)  # = L_fp(1) x 30 tokens/s
