@@ -76,23 +76,63 @@ def summary_row(label, tps, rouge, **extra):
             "alpha": 0.5, "rouge_l": rouge, "perplexity": 2.0, "n": 1, "new_tokens": 8, **extra}
 
 
-def test_quality_and_goal_tables():
+def test_quality_table_and_speed_at_largest_bound():
     spec, ment_lo, ment_hi = "speculative:g2", survey.mentored_label(2, 0.2), survey.mentored_label(2, 1.0)
     rouge = {("ar", 0): 0.30, ("ar", 1): 0.34, (spec, 0): 0.32, (spec, 1): 0.32, (ment_lo, 0): 0.31,
              (ment_lo, 1): 0.31, (ment_hi, 0): 0.10, (ment_hi, 1): 0.10}
     records = [{"method": m, "repeat": k, "rouge_l": v} for (m, k), v in rouge.items()]
     summary = [summary_row("ar", 10, 0.32), summary_row(spec, 20, 0.32), summary_row(ment_lo, 30, 0.31),
                summary_row(ment_hi, 40, 0.10)]
-    table, noise, reference, lossless = survey.quality_table(bench_result(records, summary), (2,), (0.2, 1.0), 2)
-    assert noise == pytest.approx(0.04) and reference == pytest.approx(0.32) and len(lossless) == 4
+    table, run_range, reference, lossless = survey.quality_table(bench_result(records, summary), (2,), (0.2, 1.0), 2)
+    assert run_range == pytest.approx(0.04) and reference == pytest.approx(0.32) and len(lossless) == 4
     by = {r["variant"]: r for r in table}
-    assert by[ment_lo]["within_noise"] and not by[ment_hi]["within_noise"]
+    assert by[ment_lo]["drop_within_run_range"] and not by[ment_hi]["drop_within_run_range"]
     assert by[ment_lo]["speed_over_speculative"] == 1.5 and by["ar"]["speed_over_speculative"] is None
     assert by[ment_lo]["rouge_l_runs"] == "0.3100 0.3100"
-    goal = survey.goal_table(table, {r["method"]: r for r in summary}, (2,), (0.2, 1.0), noise)
-    assert goal == [{"gamma": 2, "largest_D_within_noise": 0.2, "mentored_tokens_per_s": 30,
-                     "speculative_tokens_per_s": 20, "mentored_over_speculative": 1.5, "rouge_l_noise": noise,
-                     "goal": ">= 1.3x"}]
+    at_bound = survey.speed_at_largest_bound(table, {r["method"]: r for r in summary}, (2,), (0.2, 1.0), run_range)
+    assert [{k: v for k, v in r.items() if k != "verdict_in"} for r in at_bound] == [
+        {"gamma": 2, "largest_D_drop_within_run_range": 0.2, "mentored_tokens_per_s": 30,
+         "speculative_tokens_per_s": 20, "mentored_over_speculative": 1.5, "rouge_l_run_range": run_range}]
+    assert "mentored_speed_quality/verdicts.md" in at_bound[0]["verdict_in"]  # decided there, not here
+
+
+def test_task_speedup_table_pairs_prompts_and_names_the_paper():
+    spec = "speculative:g4"
+    # summarize prompt s1 and code prompt h1; speculative twice AR's speed on code, 1.5x on summarize
+    records = [{"method": m, "prompt_id": p, "repeat": 0, "new_tokens": 8, "wall_time_s": t,
+                "accept_lengths": [2, 2] if m == spec else [], "proposed_lengths": [4, 4] if m == spec else [],
+                "target_calls": 4 if m == spec else 8, "prompt_tokens": 7}
+               for m, p, t in (("ar", "s1", 1.5), (spec, "s1", 1.0), ("ar", "h1", 2.0), (spec, "h1", 1.0))]
+    summary = [{"method": "ar", "c": None, "beta": None}, {"method": spec, "c": 0.1, "beta": 1.2}]
+    result = bench_result(records, summary)
+    calls = []
+
+    def bootstrap(x, statistic, resamples):
+        calls.append(x.shape)
+        return statistic(x) - 0.1, statistic(x) + 0.1
+
+    table = survey.task_speedup_table({0.0: result, 1.0: result}, {"summarize": ["s1"], "humaneval": ["h1"]}, spec,
+                                      4, "CPU", bootstrap, resamples=10)
+    by = {(r["suite"], r["decoding"]): r for r in table}
+    assert len(table) == 4 and calls == [(1, 1, 2, 2)] * 4  # [P, S, methods, (tokens, seconds)]
+    assert by["summarize", "greedy"]["speedup"] == pytest.approx(1.5)
+    assert by["humaneval", "sampling"]["speedup"] == pytest.approx(2.0)
+    assert by["humaneval", "sampling"]["speedup_low"] == pytest.approx(1.9)
+    assert by["summarize", "greedy"]["paper_speedup"] == 2.01 and by["summarize", "sampling"]["paper_speedup"] == 1.92
+    assert by["humaneval", "sampling"]["paper_speedup"] == 2.46 and by["humaneval", "greedy"]["paper_speedup"] is None
+    assert by["summarize", "greedy"]["alpha"] == pytest.approx(2 / 3)  # 4 accepted of 6 tested
+    assert by["summarize", "greedy"]["beta"] == 1.2
+    assert by["summarize", "greedy"]["temperature"] == 0.0 and by["humaneval", "sampling"]["temperature"] == 1.0
+    assert "Chinchilla 70B" in by["summarize", "greedy"]["paper_setting"]
+    assert by["summarize", "greedy"]["predicted_speedup"] > 1 and "c = 0.10" in by["summarize", "greedy"]["why_differs"]
+    assert by["summarize", "greedy"]["mean_prompt_tokens"] == 7
+
+
+def test_pooled_speed_ratio_with_the_real_bootstrap():
+    from specrepro.metrics.verdict import paired_bootstrap
+    x = np.array([[[[10, 1.0], [10, 0.5]]], [[[10, 2.0], [10, 1.0]]]])  # [P=2, S=1, 2, 2]: spec twice as fast
+    assert survey.pooled_speed_ratio(x) == pytest.approx(2.0)
+    assert paired_bootstrap(x, survey.pooled_speed_ratio, resamples=50) == pytest.approx((2.0, 2.0))
 
 
 def test_staged_table_counts_calls_per_token():
