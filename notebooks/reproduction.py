@@ -244,6 +244,31 @@ def judged(ok: bool, ours: str, yes: str, no: str, paper: str | None = None) -> 
     return Outcome(ours, REPRODUCED if ok else NOT_REPRODUCED, yes if ok else no, paper)
 
 
+def decided(t: Tables, notebook: str, *claims: str) -> tuple[str, str]:
+    """Read the verdicts a notebook wrote (``<notebook>/verdicts.csv``; the claim is decided there, once, and this
+    report does not decide it again): (the verdict of all of ``claims`` together, "claim: estimate [low, high]
+    verdict; ..."). Together: fails if any fails, holds if all hold, else undecided."""
+    rows = {r["claim"]: r for r in t.rows(f"{notebook}/verdicts.csv")}
+    missing = [c for c in claims if c not in rows]
+    if missing:
+        raise Unreadable(f"{notebook}/verdicts.csv has no row for {', '.join(missing)}")
+    verdicts = [rows[c]["verdict"] for c in claims]
+    together = "fails" if "fails" in verdicts else "holds" if set(verdicts) == {"holds"} else "undecided, n too small"
+    text = "; ".join(f"{c}: {float(rows[c]['estimate']):.3g} [{float(rows[c]['low']):.3g}, "
+                     f"{float(rows[c]['high']):.3g}] ({rows[c]['n']}) {rows[c]['verdict']}" for c in claims)
+    return together, text
+
+
+def from_verdict(verdict: str, ours: str, yes: str, no: str, paper: str | None = None) -> Outcome:
+    """A catalogue item judged by a notebook's verdict: holds → reproduced, fails → not reproduced, undecided →
+    not comparable (the interval cannot decide at this n)."""
+    if verdict == "holds":
+        return Outcome(ours, REPRODUCED, yes, paper)
+    if verdict == "fails":
+        return Outcome(ours, NOT_REPRODUCED, no, paper)
+    return Outcome(ours, NOT_COMPARABLE, "undecided, n too small: the 95% interval straddles the threshold", paper)
+
+
 # Artifact paths, named once.
 FIG2 = "theory_speculative/slides_fig2_expected_tokens.csv"
 FIG3 = "theory_speculative/slides_fig3_optimal_gamma.csv"
@@ -447,25 +472,15 @@ def survey_moe(t: Tables) -> Outcome:
 
 
 def survey_distillspec(t: Tables) -> Outcome:
-    cells = [r for r in t.rows(DISTILL) if not r["source"].startswith("baseline")]
-    above = [r for r in cells if num(r, "gain_lo90") > 0]
-    best = max(cells, key=lambda r: num(r, "gain_tau"))
-    ours = (f"best {best['source']}-{best['divergence']} {num(best, 'gain_tau'):+.1%} τ (90% "
-            f"{num(best, 'gain_lo90'):+.1%} to {num(best, 'gain_hi90'):+.1%}); {len(above)} of {len(cells)} cells' "
-            f"intervals above 0")
-    return judged(len(above) > len(cells) / 2, ours, "most cells gain, as the survey reports",
-                  f"{len(above)} of {len(cells)} cells' 90% intervals lie above 0 ({0.05 * len(cells):.1f} expected "
-                  f"by chance): distillation on this budget mostly does not gain")
+    verdict, text = decided(t, "distillspec_study", "distillspec.distilled_drafts_gain")
+    return from_verdict(verdict, text, "distilled drafts gain τ over the undistilled draft, as the survey reports",
+                        "distillation on this budget does not gain τ over the undistilled draft")
 
 
 def survey_online(t: Tables) -> Outcome:
-    r = t.rows(ONLINE)[0]
-    diff, se = num(r, "mean_difference"), num(r, "standard_error")
-    low, high = diff - Z95 * se, diff + Z95 * se
-    ours = f"held-out α online − frozen {diff:+.3f} (95% {low:+.3f} to {high:+.3f}, {r['prompts']} prompts)"
-    return judged(low > 0, ours, "the online draft's held-out α is higher",
-                  f"held-out α changed by {diff:+.3f} (95% {low:+.3f} to {high:+.3f}): the online draft did not "
-                  f"raise it on this stream")
+    verdict, text = decided(t, "online_speculative_stream", "online.held_out_alpha_gain")
+    return from_verdict(verdict, text, "the online draft's held-out α is substantially higher (≥ +0.10)",
+                        "the online draft did not raise held-out α by +0.10 on this stream")
 
 
 def survey_staged(t: Tables) -> Outcome:
@@ -555,23 +570,14 @@ def mjsd_table1(t: Tables) -> Outcome:
 
 
 def mjsd_table2(t: Tables) -> Outcome:
-    ours_rows = starting(t.rows(MJSD_T2), "source", "ours")
-    kinds = sorted({r["kind"] for r in ours_rows})
-
-    def method(kind, prefix):
-        return starting([r for r in ours_rows if r["kind"] == kind], "method", prefix)[0]
-
-    speedup = mean(num(method(k, "MJSD"), "speedup") for k in kinds)
-    ppl_vs_bild = mean(num(method(k, "MJSD"), "perplexity") / num(method(k, "BiLD"), "perplexity") - 1 for k in kinds)
     claims = t.rows(MJSD_CLAIMS)
     paper_speed = starting(claims, "claim", "MJSD speedup over AR sampling")[0]["paper"]
     paper_ppl = starting(claims, "claim", "MJSD perplexity change vs BiLD")[0]["paper"]
-    ours = f"MJSD {speedup:.2f}x AR sampling, perplexity {ppl_vs_bild:+.1%} vs BiLD (mean of {len(kinds)} kinds)"
-    return judged(speedup > 1 and ppl_vs_bild < 0, ours, "faster than AR sampling with lower perplexity than BiLD",
-                  f"MJSD runs at {speedup:.2f}x AR sampling on this CPU (the perplexity gain "
-                  f"{'holds' if ppl_vs_bild < 0 else 'fails'})",
-                  paper=f"{first_number(paper_speed):g}x speedup, {first_number(paper_ppl):g}% perplexity vs BiLD "
-                        f"(mjsd_claims.csv)")
+    verdict, text = decided(t, "mjsd_joint_decoding", "mjsd.speedup_over_ar_sampling", "mjsd.perplexity_vs_bild")
+    return from_verdict(verdict, text, "≥ 1.5x AR sampling with perplexity ≥ 20% below BiLD's",
+                        "MJSD misses the speedup over AR sampling or the perplexity gain over BiLD on this CPU",
+                        paper=f"{first_number(paper_speed):g}x speedup, {first_number(paper_ppl):g}% perplexity vs "
+                              f"BiLD (mjsd_claims.csv)")
 
 
 def mjsd_fig3(t: Tables) -> Outcome:
@@ -924,7 +930,8 @@ CLAIMS: tuple[Claim, ...] = (
               lambda r, v: (num(r, "gain_lo90"), num(r, "gain_hi90"))))),),
           "no values (an image); distilled drafts gain",
           Quote(SURVEY_SEED, "Distilled draft models result in additional speedups."),
-          "more than half of the 16 cells' 90% intervals lie above 0", survey_distillspec),
+          "the notebook's verdict on distillspec.distilled_drafts_gain (mean τ gain ≥ 0, 95% paired bootstrap)",
+          survey_distillspec),
     Claim(SURVEY, "online speculative decoding acceptance over time",
           (Artifact(ONLINE, PAIRED_NORMAL),
            Artifact(ONLINE_TASKS, Interval("binomial (Wilson) 95% interval from the tested counts", by_label(
@@ -932,7 +939,7 @@ CLAIMS: tuple[Claim, ...] = (
            Artifact(ONLINE_SEQ, PAIRED_NORMAL)),
           "no values (a chart); acceptance improves",
           Quote(SURVEY_SEED, "one can get substantially improved acceptance rates"),
-          "the 95% interval of held-out α (online − frozen) lies above 0", survey_online,
+          "the notebook's verdict on online.held_out_alpha_gain (≥ +0.10, 95% paired bootstrap)", survey_online,
           ("online_speculative_stream/online_alpha_over_stream.png",)),
     Claim(SURVEY, "staged speculative decoding token-source picture",
           (Artifact(STAGED, Interval("binomial (Wilson) 95% interval from the token counts", staged_estimates)),
@@ -987,7 +994,7 @@ CLAIMS: tuple[Claim, ...] = (
            Artifact(MJSD_T2, MachineSpecific("speed", mjsd_speed)),
            Artifact(MJSD_T2_ENERGY, Exact("the paper's numbers")), Artifact(MJSD_T2_RATIO, Exact())),
           "", Quote(MJSD_SEED, "On average, the output perplexity of MJSD is 21.2"),
-          "MJSD faster than AR sampling (> 1x) with lower perplexity than BiLD, on average over task kinds",
+          "the notebook's verdicts on mjsd.speedup_over_ar_sampling (≥ 1.5x) and mjsd.perplexity_vs_bild (≤ -20%)",
           mjsd_table2),
     Claim(MJSD, "Fig. 3 accepted tokens per iteration", (Artifact(MJSD_FIG3, Exact(FP32_NO_INTERVAL)),),
           "", Quote(MJSD_SEED, "acceptance length of MJSD is on average 2.15"),

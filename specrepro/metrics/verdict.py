@@ -17,7 +17,7 @@ claim decided in two places.
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from typing import Callable
 
 import numpy as np
@@ -25,9 +25,10 @@ import numpy as np
 HOLDS, FAILS, UNDECIDED = "holds", "fails", "undecided, n too small"
 VERDICTS = (HOLDS, FAILS, UNDECIDED)
 LEVEL = 0.95
+MIN_PROMPTS = 5  # fewer prompts: a bootstrap interval takes only a few values and says nothing; undecided
 
-__all__ = ["FAILS", "HOLDS", "LEVEL", "UNDECIDED", "VERDICTS", "Verdict", "all_of", "at_least", "at_most",
-           "paired_bootstrap"]
+__all__ = ["FAILS", "HOLDS", "LEVEL", "MIN_PROMPTS", "UNDECIDED", "VERDICTS", "Verdict", "all_of", "at_least",
+           "at_most", "decide", "paired_bootstrap"]
 
 
 @dataclass(frozen=True)
@@ -119,3 +120,24 @@ def paired_bootstrap(x, statistic: Callable[[np.ndarray], float], *, resamples: 
         values[b] = statistic(sample)
     tail = (1 - level) / 2
     return float(np.quantile(values, tail)), float(np.quantile(values, 1 - tail))
+
+
+def decide(claim: str, statement: str, x, statistic: Callable[[np.ndarray], float], threshold: float,
+           side: str = "at_least", *, n: str | None = None, seed: int = 0, resamples: int = 2000) -> Verdict:
+    """The claim "statistic ≥ threshold" (``side="at_least"``) or "≤" (``"at_most"``) on ``x`` [P] or [P, S, ...]:
+    the estimate, its :func:`paired_bootstrap` interval, and the verdict. With fewer than ``MIN_PROMPTS`` prompts
+    it is undecided whatever the interval (a handful of prompts gives a narrow interval that means nothing).
+    ``n`` says what it rests on (default "P prompts × S seeds")."""
+    decide_by = {"at_least": at_least, "at_most": at_most}.get(side)
+    if decide_by is None:
+        raise ValueError(f"side must be 'at_least' or 'at_most', got {side!r}")
+    x = np.asarray(x, dtype=float)
+    if n is None:
+        seeds = x.shape[1] if x.ndim >= 2 else 1
+        n = f"{len(x)} prompt{'s' if len(x) != 1 else ''}" + (f" × {seeds} seeds" if seeds > 1 else "")
+    low, high = paired_bootstrap(x, statistic, resamples=resamples, seed=seed)
+    verdict = decide_by(claim, statement, n, statistic(x), (low, high), threshold)
+    if len(x) < MIN_PROMPTS:
+        return replace(verdict, verdict=UNDECIDED,
+                       rule=f"fewer than {MIN_PROMPTS} prompts: undecided whatever the interval ({verdict.rule})")
+    return verdict

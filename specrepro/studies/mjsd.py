@@ -1,5 +1,6 @@
 """The measuring code of ``notebooks/mjsd_joint_decoding.ipynb``: the MJSD paper's (seed 000) Tables 1–5 and
-Figs. 1, 3, 4 on our pair, its printed numbers, and the claims checked against ours.
+Figs. 1, 3, 4 on our pair, its printed numbers, and its claims decided on ours (a paired bootstrap over prompts,
+``specrepro.metrics.verdict``).
 
 Method parameters travel in bench variant labels (``mjsd:g4:b8:tau0.1``, ``bild:g10:f0.9:r2``, ``spectr:g4:m4``,
 ``mjgd:g2:b8``), never as ``BenchConfig`` fields.
@@ -9,7 +10,10 @@ from __future__ import annotations
 import statistics
 from collections.abc import Callable, Sequence
 
+import numpy as np
+
 from ..bench import BenchResult
+from ..metrics.verdict import Verdict, all_of, decide
 from .common import records_of, rows_of
 
 # The paper's Table 5 (Llama-2, ChatGPT-Prompts column): γ, MJSD's beams and threshold τ, BiLD's fallback τ1 and
@@ -216,7 +220,7 @@ def fig4_rows(result: BenchResult, taus: Sequence[float]) -> list[dict]:
              "rouge_l": rows[mjsd_label(tau=t)]["rouge_l"]} for t in taus]
 
 
-# ------------------------------------------------------------------ Table 1 and the claims
+# ------------------------------------------------------------------ Table 1
 
 
 def table1_rows(batching, source: str) -> list[dict]:
@@ -235,68 +239,145 @@ def table1_rows(batching, source: str) -> list[dict]:
     return rows
 
 
-def per_kind(results: dict[str, BenchResult], fn: Callable[[dict, str], float | None]) -> tuple[dict, float | None]:
-    """(kind -> fn(summary rows, kind), the mean over the kinds where it is known)."""
-    values = {kind: fn(rows_of(result), kind) for kind, result in results.items()}
-    known = [v for v in values.values() if v is not None]
-    return values, (statistics.mean(known) if known else None)
+# ------------------------------------------------------------------ per-prompt arrays and statistics
+#
+# Each claim is decided on a paired bootstrap over the test prompts and the bench's repeats (seed + repeat)
+# (specrepro.metrics.verdict): every method of a bench ran on the same prompts with the same seeds, so a resample keeps
+# a prompt's runs of every method together. The array of a claim is [P, R, M, F]: P prompts (every kind's test
+# prompts together), R repeats, M methods (the claim's method, then what it is compared with), F record fields.
 
 
-def verdict(ok: bool | None) -> str:
-    return "n/a" if ok is None else ("holds" if ok else "does not hold")
+def _field(rec: dict, field: str) -> float:
+    if field == "accepted":
+        return float(sum(rec["accept_lengths"]))
+    if field == "iterations":
+        return float(len(rec["accept_lengths"]))
+    value = rec.get(field)
+    return float("nan") if value is None else float(value)
 
 
-def _fmt(values: dict, form: str) -> str:
-    return ", ".join(f"{k} {form.format(v) if v is not None else 'n/a'}" for k, v in values.items())
+def prompt_array(results: dict[str, BenchResult], labels: Callable[[str], Sequence[str]],
+                 fields: Sequence[str]) -> tuple[np.ndarray, list[str]]:
+    """([P, R, M, F] array, the kind of each prompt): ``fields`` of the record of each prompt, repeat and label of
+    ``labels(kind)``, for every prompt of every kind that has all of them. A field is a record key, or "accepted" /
+    "iterations" (the sum and the count of the record's accept lengths)."""
+    rows, kinds = [], []
+    for kind, result in results.items():
+        wanted = list(labels(kind))
+        by = {(rec["method"], rec["prompt_id"], rec.get("repeat", 0)): rec for rec in result.records}
+        repeats = sorted({rec.get("repeat", 0) for rec in result.records})
+        for pid in dict.fromkeys(rec["prompt_id"] for rec in result.records):
+            if all((label, pid, r) in by for label in wanted for r in repeats):
+                rows.append([[[_field(by[label, pid, r], f) for f in fields] for label in wanted] for r in repeats])
+                kinds.append(kind)
+    x = np.array(rows, dtype=float)
+    return (x if rows else x.reshape(0, 1, 1, len(fields))), kinds
 
 
-def claims(results: dict[str, BenchResult], chosen: dict[str, dict], fig1: list[dict], fig3: list[dict],
-           table1: list[dict], energy_source: str) -> list[dict]:
-    """Each of the paper's headline claims: its number, ours (per kind and averaged over kinds, as the paper
-    averages its six Table 2 columns) and whether it holds here; the goals are issue 14's."""
-    mjsd, spec, bild = mjsd_label(), f"speculative:g{GAMMA}", lambda k: bild_label(chosen[k]["tau1"], chosen[k]["tau2"])
-    speedup, speedup_mean = per_kind(results, lambda r, k: r[mjsd]["speedup"])
-    ppl, ppl_mean = per_kind(results, lambda r, k: r[mjsd]["perplexity"] / r["ar"]["perplexity"] - 1)
-    ppl_bild, ppl_bild_mean = per_kind(results, lambda r, k: r[mjsd]["perplexity"] / r[bild(k)]["perplexity"] - 1)
-    over_spec, over_spec_mean = per_kind(results, lambda r, k: r[mjsd]["tokens_per_s"] / r[spec]["tokens_per_s"])
-    spectr_tpc, spectr_tpc_mean = per_kind(results, lambda r, k: r[spectr_label(chosen[k]["m"])]["tokens_per_call"]
-                                           / r[spec]["tokens_per_call"])
-    spectr_speed, spectr_speed_mean = per_kind(results, lambda r, k: r[spectr_label(chosen[k]["m"])]["tokens_per_s"]
-                                               / r[spec]["tokens_per_s"])
-    energy, energy_mean = per_kind(results, lambda r, k: None if not (r["ar"]["joules_per_token"]
-                                                                      and r[mjsd]["joules_per_token"])
-                                   else r["ar"]["joules_per_token"] / r[mjsd]["joules_per_token"])
-    accept = {r["kind"]: r["ratio_mjsd_over_speculative"] for r in fig3}
-    accept_known = [v for v in accept.values() if v is not None]
-    accept_mean = statistics.mean(accept_known) if accept_known else None
-    ppl_k = [r["perplexity"] for r in fig1]
+def rate_ratio(x: np.ndarray) -> float:
+    """Mean over runs (prompt, repeat) of the first method's rate field0 / field1 (tokens/s, tokens per call) over
+    the second's on the same run. x [P, R, 2, 2]."""
+    return float(np.mean((x[..., 0, 0] / x[..., 0, 1]) / (x[..., 1, 0] / x[..., 1, 1])))
+
+
+def pooled_ratio(x: np.ndarray) -> float:
+    """(Σ field0 / Σ field1 of the first method) / (the same of the second), sums over every run: a ratio of rates
+    where runs weigh by their iterations or tokens (accepted tokens per iteration, joules per token). x [P, R, 2, 2]."""
+    sums = x.sum(axis=(0, 1))  # [2, 2]
+    return float((sums[0, 0] / sums[0, 1]) / (sums[1, 0] / sums[1, 1]))
+
+
+def perplexity_change(x: np.ndarray) -> float:
+    """exp(Σ NLL_0 / Σ n_0 − Σ NLL_1 / Σ n_1) − 1: the first method's perplexity (Eq. 1, pooled over every
+    generated token) relative to the second's. x [P, R, 2, 2] with fields (nll_sum, nll_tokens)."""
+    sums = x.sum(axis=(0, 1))  # [2, 2]
+    return float(np.exp(sums[0, 0] / sums[0, 1] - sums[1, 0] / sums[1, 1]) - 1)
+
+
+# ------------------------------------------------------------------ deciding (specrepro.metrics.verdict.decide)
+
+
+def by_kind(x: np.ndarray, kinds: Sequence[str], statistic, form: str) -> str:
+    """The statistic on each kind's prompts alone: "kind value, ..." (x [P, R, ...], ``kinds`` the kind of each
+    prompt)."""
+    kind_of = np.array(kinds)
+    return ", ".join(f"{kind} {form.format(statistic(x[kind_of == kind]))}" for kind in dict.fromkeys(kinds))
+
+
+def _ours(v: Verdict, form: str, x: np.ndarray, kinds: Sequence[str], statistic) -> str:
+    return (f"{form.format(v.estimate)} (95% {form.format(v.low)} to {form.format(v.high)}, {v.n}; by kind: "
+            f"{by_kind(x, kinds, statistic, form)})")
+
+
+# ------------------------------------------------------------------ the claims
+
+
+def claims(results: dict[str, BenchResult], chosen: dict[str, dict], fig1_result: BenchResult, ks: Sequence[int],
+           table1: list[dict], energy_source: str, seed: int = 0) -> tuple[list[dict], list[Verdict]]:
+    """The paper's headline claims (the claims table: claim, paper, ours, threshold, verdict, claim_id) and the
+    verdicts that decide them, each on a 95% paired bootstrap over the test prompts of every kind together
+    (``decide``). Table 1's claim is a device timing with no prompts to resample: shown, not decided."""
+    mjsd, spec = mjsd_label(), f"speculative:g{GAMMA}"
+    bild = {k: bild_label(c["tau1"], c["tau2"]) for k, c in chosen.items()}
+    spectr = {k: spectr_label(c["m"]) for k, c in chosen.items()}
+    speed, ppl, calls = ("new_tokens", "wall_time_s"), ("nll_sum", "nll_tokens"), ("new_tokens", "target_calls")
+    tests = [  # (id, claim, paper, labels, fields, statistic, threshold, side, form)
+        ("mjsd.speedup_over_ar_sampling", "MJSD speedup over AR sampling ('greedy')",
+         f"{PAPER_CLAIMS['mjsd_speedup']}x (mean of Table 2's six columns)", lambda k: (mjsd, "ar"), speed,
+         rate_ratio, 1.5, "at_least", "{:.2f}x"),
+        ("mjsd.perplexity_vs_ar_sampling", "MJSD perplexity change vs AR sampling",
+         f"{PAPER_CLAIMS['mjsd_ppl_change']:+.1%} (abstract)", lambda k: (mjsd, "ar"), ppl, perplexity_change,
+         -0.20, "at_most", "{:+.1%}"),
+        ("mjsd.perplexity_vs_bild", "MJSD perplexity change vs BiLD (how §5.1 states the -21.2%)",
+         f"{PAPER_CLAIMS['mjsd_ppl_change']:+.1%} (§5.1)", lambda k: (mjsd, bild[k]), ppl, perplexity_change,
+         -0.20, "at_most", "{:+.1%}"),
+        ("mjsd.speed_over_speculative", "MJSD speed over speculative sampling",
+         f"{PAPER_CLAIMS['mjsd_over_speculative']}x (mean of Table 2's six columns)", lambda k: (mjsd, spec), speed,
+         rate_ratio, 1.3, "at_least", "{:.2f}x"),
+        ("mjsd.spectr_tokens_per_call_over_speculative", "SpecTr tokens per target call over speculative's (same γ)",
+         f"not printed (its SpecTr/speculative speed: {paper_mean('speed', 'SpecTr', 'speculative'):.2f}x)",
+         lambda k: (spectr[k], spec), calls, rate_ratio, 1.0, "at_least", "{:.2f}x"),
+        ("mjsd.accepted_per_iteration_over_speculative",
+         "MJSD accepted tokens per iteration over speculative's (Fig. 3)",
+         f"{PAPER_CLAIMS['accept_ratio']}x (the text on Fig. 3)", lambda k: (mjsd, spec), ("accepted", "iterations"),
+         pooled_ratio, 1.0, "at_least", "{:.2f}x"),
+        ("mjsd.energy_ar_over_mjsd", "AR sampling's energy per token over MJSD's",
+         f"{PAPER_CLAIMS['energy_vs_greedy']}x (mean of Table 2's six columns)", lambda k: ("ar", mjsd),
+         ("energy_j", "new_tokens"), lambda x: 1 / pooled_ratio(x), 1.0, "at_least", "{:.2f}x"),
+    ]
+    rows, verdicts = [], []
+    for claim_id, claim, paper, labels, fields, statistic, threshold, side, form in tests:
+        x, kinds = prompt_array(results, labels, fields)
+        sign = "≥" if side == "at_least" else "≤"
+        row = {"claim": claim, "paper": paper}
+        decided = {"threshold": f"{sign} {form.format(threshold)}"}
+        if len(x) == 0 or not np.isfinite(x).all():  # energy without a counter
+            rows.append({**row, "ours": energy_source if fields[0] == "energy_j" else "n/a", **decided,
+                         "verdict": "not decided: not measured here", "claim_id": ""})
+            continue
+        v = decide(claim_id, f"{claim} {sign} {form.format(threshold)} (the paper: {paper})", x, statistic,
+                   threshold, side, seed=seed)
+        verdicts.append(v)
+        rows.append({**row, "ours": _ours(v, form, x, kinds, statistic), **decided, "verdict": v.verdict,
+                     "claim_id": claim_id})
+    # Fig. 1: MJGD at T = 0, perplexity at K = 2 and at the largest K against K = 1, on the same prompts
+    parts, compared = [], (ks[1], ks[-1]) if len(ks) > 2 else ks[1:]
+    for k in compared:
+        x, _ = prompt_array({"fig1": fig1_result}, lambda _k, k=k: (mjgd_label(k), mjgd_label(ks[0])), ppl)
+        parts.append(decide(f"mjsd.mjgd_perplexity_k{k}_vs_k{ks[0]}", f"MJGD perplexity at K = {k} relative to "
+                            f"K = {ks[0]} ≤ 0", x, perplexity_change, 0.0, "at_most", seed=seed))
+    fig1 = all_of("mjsd.mjgd_perplexity_falls_with_k", f"MJGD perplexity falls from K = {ks[0]} to K = "
+                  + " and to K = ".join(str(k) for k in compared) + " (Fig. 1)", parts)
+    verdicts.append(fig1)
+    rows.append({"claim": "MJGD: perplexity falls from K = 1 to K = 2 and beyond (Fig. 1)",
+                 "paper": "falls (chart, no values)",
+                 "ours": "; ".join(f"K = {k} vs K = {ks[0]}: {p.estimate:+.1%} (95% {p.low:+.1%} to {p.high:+.1%})"
+                                   for k, p in zip(compared, parts)) + f", {fig1.n}",
+                 "threshold": "≤ +0.0% at each", "verdict": fig1.verdict, "claim_id": fig1.claim})
     t1 = {r["batch_size"]: r for r in table1 if r["source"].startswith("ours")}
     b_max = max(t1)
-    return [
-        {"claim": "MJSD speedup over AR sampling ('greedy')", "paper": "2.21x (goal >= 1.5x)",
-         "ours": f"{speedup_mean:.2f}x ({_fmt(speedup, '{:.2f}x')})", "verdict": verdict(speedup_mean >= 1.5)},
-        {"claim": "MJSD perplexity change vs AR sampling", "paper": "-21.2% (goal <= -20%)",
-         "ours": f"{ppl_mean:+.1%} ({_fmt(ppl, '{:+.1%}')})", "verdict": verdict(ppl_mean <= -0.20)},
-        {"claim": "MJSD perplexity change vs BiLD (how §5.1 states the -21.2%)", "paper": "-21.2% (goal <= -20%)",
-         "ours": f"{ppl_bild_mean:+.1%} ({_fmt(ppl_bild, '{:+.1%}')})", "verdict": verdict(ppl_bild_mean <= -0.20)},
-        {"claim": "MJSD speed over speculative sampling", "paper": "1.49x (goal >= 1.3x)",
-         "ours": f"{over_spec_mean:.2f}x ({_fmt(over_spec, '{:.2f}x')})", "verdict": verdict(over_spec_mean >= 1.3)},
-        {"claim": "SpecTr tokens per target call over speculative's (same γ)",
-         "paper": f"not printed (its SpecTr/speculative speed: {paper_mean('speed', 'SpecTr', 'speculative'):.2f}x); "
-                  "holds: > 1x",
-         "ours": f"{spectr_tpc_mean:.2f}x ({_fmt(spectr_tpc, '{:.2f}x')}); speed {spectr_speed_mean:.2f}x",
-         "verdict": verdict(spectr_tpc_mean > 1)},
-        {"claim": "MJSD accepted tokens per iteration over speculative's (Fig. 3)", "paper": "2.15x; holds: > 1x",
-         "ours": "n/a" if accept_mean is None else f"{accept_mean:.2f}x ({_fmt(accept, '{:.2f}x')})",
-         "verdict": verdict(None if accept_mean is None else accept_mean > 1)},
-        {"claim": "AR sampling's energy per token over MJSD's", "paper": "2.84x; holds: > 1x",
-         "ours": f"{energy_mean:.2f}x ({_fmt(energy, '{:.2f}x')})" if energy_mean is not None else energy_source,
-         "verdict": verdict(None if energy_mean is None else energy_mean > 1)},
-        {"claim": "MJGD: perplexity falls from K = 1 to K = 2 and beyond (Fig. 1)", "paper": "yes (chart)",
-         "ours": " -> ".join(f"{p:.2f}" for p in ppl_k),
-         "verdict": verdict(len(ppl_k) > 1 and ppl_k[1] < ppl_k[0] and ppl_k[-1] < ppl_k[0])},
-        {"claim": f"one run of b = {b_max} inputs takes little more time than a run of 1 (Table 1; holds: under 2x)",
-         "paper": f"{PAPER_T1[-1][5] / PAPER_T1[0][5]:.2f}x at b = 16",
-         "ours": f"{t1[b_max]['time_per_run_vs_b1']:.2f}x at b = {b_max}",
-         "verdict": verdict(t1[b_max]["time_per_run_vs_b1"] < 2.0)},
-    ]
+    rows.append({"claim": f"one run of b = {b_max} inputs takes little more time than a run of 1 (Table 1)",
+                 "paper": f"{PAPER_T1[-1][5] / PAPER_T1[0][5]:.2f}x at b = 16 (Table 1, OPT-13B, 2x A10)",
+                 "ours": f"{t1[b_max]['time_per_run_vs_b1']:.2f}x at b = {b_max} (median timings)", "threshold": "< 2x",
+                 "verdict": "not decided: a device timing, no prompts to resample", "claim_id": ""})
+    return rows, verdicts

@@ -59,3 +59,15 @@ def test_bad_input_gets_one_clear_error():
         paired_bootstrap(np.ones(3), np.mean, level=1.0)
     with pytest.raises(ValueError, match="at least one prompt"):
         paired_bootstrap(np.ones((0, 2)), np.mean)
+
+
+def test_decide_on_few_prompts_is_undecided_whatever_the_interval():
+    from specrepro.metrics.verdict import MIN_PROMPTS, decide
+    x = np.full((MIN_PROMPTS - 1, 2), 3.0)  # [P, S]: 3 on every prompt and seed, a zero-width interval
+    v = decide("c", "x >= 1.5", x, lambda s: float(s.mean()), 1.5)
+    assert v.verdict == UNDECIDED and v.estimate == 3.0 and "fewer than" in v.rule and v.n.endswith("× 2 seeds")
+    assert decide("c", "x >= 1.5", np.full((MIN_PROMPTS, 2), 3.0), lambda s: float(s.mean()), 1.5).verdict == HOLDS
+    assert decide("c", "x <= 1.5", np.full((MIN_PROMPTS, 2), 3.0), lambda s: float(s.mean()), 1.5,
+                  "at_most").verdict == FAILS
+    with pytest.raises(ValueError, match="side"):
+        decide("c", "s", np.ones(MIN_PROMPTS), np.mean, 1.0, "above")

@@ -2,7 +2,10 @@
 choice and the tables and claims built from bench results (hand-made, and one tiny bench of the labels)."""
 from __future__ import annotations
 
+import math
 from types import SimpleNamespace
+
+import numpy as np
 
 import pytest
 
@@ -84,17 +87,38 @@ def test_table2_fig3_and_claims():
     spec = mjsd.accepted_per_iteration(results["instruct"], "speculative:g4")
     fig3 = [mjsd.fig3_row("instruct", spec, mjsd.accepted_per_iteration(results["instruct"], mjsd.mjsd_label()))]
     assert fig3[0]["ratio_mjsd_over_speculative"] == pytest.approx(3 / (4 / 3))
-    fig1 = [{"perplexity": 3.0}, {"perplexity": 2.0}]
     table1 = [{"source": "ours", "batch_size": 1, "time_per_run_vs_b1": 1.0},
               {"source": "ours", "batch_size": 2, "time_per_run_vs_b1": 1.2}]
-    claims = {c["claim"]: c for c in mjsd.claims(results, {"instruct": chosen}, fig1, fig3, table1, "none")}
-    assert claims["MJSD speedup over AR sampling ('greedy')"]["verdict"] == "holds"  # 3.0x
-    assert claims["MJSD perplexity change vs AR sampling"]["ours"].startswith("-25.0%")
-    assert claims["AR sampling's energy per token over MJSD's"] == {
-        "claim": "AR sampling's energy per token over MJSD's", "paper": "2.84x; holds: > 1x", "ours": "none",
-        "verdict": "n/a"}
-    assert claims["MJGD: perplexity falls from K = 1 to K = 2 and beyond (Fig. 1)"]["verdict"] == "holds"
-    assert len(claims) == 9
+    prompts = [f"p{i}" for i in range(6)]
+    records = [prompt_record(label, pid) for pid in prompts
+               for label in mjsd.table2_variants(chosen)]
+    fig1 = result_of([], [{"method": mjsd.mjgd_label(k), "prompt_id": pid, "nll_sum": 8.0 / k, "nll_tokens": 8}
+                          for pid in prompts for k in (1, 2, 3)])
+    rows, verdicts = mjsd.claims({"instruct": result_of([], records)}, {"instruct": chosen}, fig1, (1, 2, 3),
+                                 table1, "none")
+    claims = {c["claim"]: c for c in rows}
+    by_id = {v.claim: v for v in verdicts}
+    speedup = by_id["mjsd.speedup_over_ar_sampling"]  # 3x on every prompt: the interval is that point
+    assert speedup.verdict == "holds" and speedup.estimate == pytest.approx(3.0) and speedup.n == "6 prompts"
+    assert claims["MJSD speedup over AR sampling ('greedy')"]["paper"].startswith("2.21x")
+    ppl = by_id["mjsd.perplexity_vs_ar_sampling"]  # NLL 0.5 lower per token: exp(-0.5) - 1 = -39%
+    assert ppl.estimate == pytest.approx(math.exp(-0.5) - 1) and ppl.verdict == "holds"
+    assert by_id["mjsd.speed_over_speculative"].verdict == "holds"  # 30 / 20 = 1.5 >= 1.3
+    assert by_id["mjsd.accepted_per_iteration_over_speculative"].estimate == pytest.approx(3 / (4 / 3))
+    energy = claims["AR sampling's energy per token over MJSD's"]
+    assert energy["ours"] == "none" and energy["verdict"].startswith("not decided") and energy["claim_id"] == ""
+    assert by_id["mjsd.mjgd_perplexity_falls_with_k"].verdict == "holds"
+    assert len(rows) == 9 and len(verdicts) == 7 and "mjsd.energy_ar_over_mjsd" not in by_id
+
+
+def prompt_record(label, prompt_id):
+    """A prompt's record: MJSD 3x AR sampling's tokens/s, speculative 2x; MJSD's NLL 0.5 nats lower per token."""
+    speed = {"ar": 10.0, "speculative:g4": 20.0}.get(label, 30.0 if label.startswith("mjsd") else 15.0)
+    accepted = {"speculative:g4": [1, 1, 2], mjsd.mjsd_label(): [2, 4]}.get(label, [])
+    return {"method": label, "prompt_id": prompt_id, "new_tokens": 8, "wall_time_s": 8 / speed,
+            "nll_sum": 8 * (1.0 if label.startswith("mjsd") else 1.5), "nll_tokens": 8,
+            "target_calls": 4 if label.startswith(("mjsd", "spectr")) else 5, "accept_lengths": accepted,
+            "energy_j": None}
 
 
 def test_fig1_table3_fig4_pick_their_labels():
