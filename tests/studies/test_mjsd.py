@@ -5,7 +5,6 @@ from __future__ import annotations
 import math
 from types import SimpleNamespace
 
-
 import pytest
 
 from specrepro.bench import BenchConfig, BenchPrompt, BenchResult, run_bench
