@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# Remake the hand-run benchmarks under figures/bench/ at the checked-out commit: each into a scratch folder, swapped
-# in only when it finishes, so a failed or interrupted run leaves the previous one in place. Refuses a tree with
-# uncommitted changes (a committed bench must name a commit someone else can check out).
+# Remake the hand-run benchmarks under figures/bench/ at the checked-out commit: all into a scratch folder, swapped
+# in only when every one has finished, so a failed or interrupted run leaves the previous ones in place. Refuses a
+# tree with uncommitted changes (a committed bench must name a commit someone else can check out).
 #   bash notebooks/rerun_benches.sh [NAME ...]     (default: all four; about 20 minutes on 2 cores)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -18,21 +18,27 @@ declare -A args=(
   [auto-vs-fixed]="--methods ar,ar:bf16,speculative:auto:gauto,prompt-lookup:auto:gauto,speculative:fp32:g1,speculative:fp32:g2,speculative:fp32:g3,speculative:fp32:g4,speculative:bf16:g1,speculative:bf16:g2,speculative:bf16:g3,speculative:bf16:g4,prompt-lookup:fp32:g2,prompt-lookup:fp32:g4,prompt-lookup:fp32:g6,prompt-lookup:bf16:g2,prompt-lookup:bf16:g4,prompt-lookup:bf16:g6,prompt-lookup:bf16:g8 --limit 12 --temperature 0 --gamma 4 --gamma-max 16 --dtype auto"
 )
 names=("$@"); [ ${#names[@]} -gt 0 ] || names=(medusa-t0 medusa-t1 ppd-t1 auto-vs-fixed)
-scratch=$(mktemp -d "${TMPDIR:-/tmp}/specrepro-benches.XXXXXX")
 for name in "${names[@]}"; do
     [ -n "${args[$name]+x}" ] || { echo "rerun_benches.sh: no bench named $name (${!args[*]})" >&2; exit 2; }
+done
+scratch=$(mktemp -d "${TMPDIR:-/tmp}/specrepro-benches.XXXXXX")
+# The device profile that dtype auto and gamma auto read, measured now (a cached one may come from a busier
+# machine), and kept beside the auto-vs-fixed bench.
+$PY -m specrepro calibrate --draft smollm2-135m-draft --threads 2 --recalibrate --out "$scratch/calibrate" \
+    | tee "$scratch/calibrate.txt"
+# Every bench first, into the scratch folder, so that the tree stays clean (each bench records the commit, and
+# would see a swapped-in folder as an uncommitted change); then all are swapped in.
+for name in "${names[@]}"; do
     echo "== $name"
-    if [ "$name" = auto-vs-fixed ]; then  # the device profile the auto choices read, kept beside the bench
-        $PY -m specrepro calibrate --draft smollm2-135m-draft --threads 2 --recalibrate \
-            --out "$scratch/$name/calibrate" | tee "$scratch/$name.calibrate.txt"
-    fi
     # shellcheck disable=SC2086
-    $PY -m specrepro bench "${common[@]}" ${args[$name]} --out "$scratch/$name/run"
-    mkdir -p "$scratch/$name/final"
-    cp -r "$scratch/$name/run/." "$scratch/$name/final/"
-    [ -d "$scratch/$name/calibrate" ] && cp -r "$scratch/$name/calibrate" "$scratch/$name/final/calibrate" \
-        && cp "$scratch/$name.calibrate.txt" "$scratch/$name/final/calibrate.txt"
-    rm -rf "figures/bench/.old-$name" && { [ ! -d "figures/bench/$name" ] || mv "figures/bench/$name" "figures/bench/.old-$name"; }
-    mv "$scratch/$name/final" "figures/bench/$name" && rm -rf "figures/bench/.old-$name"
+    $PY -m specrepro bench "${common[@]}" ${args[$name]} --out "$scratch/$name"
+    if [ "$name" = auto-vs-fixed ]; then
+        cp -r "$scratch/calibrate" "$scratch/$name/calibrate" && cp "$scratch/calibrate.txt" "$scratch/$name/"
+    fi
+done
+for name in "${names[@]}"; do
+    rm -rf "figures/bench/.old-$name"
+    [ ! -d "figures/bench/$name" ] || mv "figures/bench/$name" "figures/bench/.old-$name"
+    mv "$scratch/$name" "figures/bench/$name" && rm -rf "figures/bench/.old-$name"
 done
 rm -rf "$scratch"
