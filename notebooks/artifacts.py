@@ -9,12 +9,16 @@ Under ``run_notebooks.py`` a notebook writes into a staging folder (``$SPECREPRO
 folders are swapped in whole only when it succeeds (:func:`swap_in`): a failed notebook leaves the previous artifacts
 in place, marked stale (:func:`mark`, ``STALE.json`` in the folder). Artifacts made from a tree with uncommitted
 changes are marked draft (``DRAFT.json``). ``write_index`` shows both marks beside every artifact they cover.
+A notebook run by hand (no staging folder, no ``out_root``) writes under ``build/scratch/`` instead, never over the
+committed ``figures/``. In a Jupyter kernel every saved figure and table is also shown inline (:func:`show`), so an
+executed notebook reads on its own.
 """
 
 from __future__ import annotations
 
 import csv
 import datetime as _dt
+import html
 import json
 import os
 import platform
@@ -31,6 +35,9 @@ INDEX_NAME = "index.json"
 VERDICTS_STEM = "verdicts"  # figures/<notebook>/verdicts.csv: the claims that notebook decides
 STAGING_ENV = "SPECREPRO_ARTIFACTS_STAGING"  # set by run_notebooks.py: write here, swapped in on success
 MARKS = {"STALE.json": "STALE", "DRAFT.json": "DRAFT"}  # a folder's marks, as INDEX.md shows them
+SCRATCH = Path("build") / "scratch"  # under the checkout: where a notebook run by hand writes (never figures/)
+DISPLAY_DPI = 100  # figures shown inline in a notebook (the saved PNG is 150 dpi)
+TABLE_ROWS = 40  # rows of a saved table shown inline (the whole table is in its .csv and .md)
 
 
 def find_root(start: Path | None = None) -> Path:
@@ -79,14 +86,16 @@ class Artifacts:
     stale copy behind; files the notebook did not write are left alone.
     """
 
-    def __init__(self, stem: str, root: Path):
+    def __init__(self, stem: str, root: Path | str | None = None):
         self.stem = stem
         revision = git_revision(ignore=("figures", "notebooks/executed"))  # the checkout the package runs from
         self.commit = revision[:10] + revision[40:]  # "abcdef1234", or with " (with uncommitted changes)"
-        staging = os.environ.get(STAGING_ENV)
-        self.dir = Path(staging) / stem if staging else Path(root) / "figures" / stem
-        if staging:  # a fresh folder, swapped in whole when the notebook succeeds
+        self.dir = artifact_dir(stem, root)
+        if os.environ.get(STAGING_ENV):  # a fresh folder, swapped in whole when the notebook succeeds
             shutil.rmtree(self.dir, ignore_errors=True)
+        elif root is None:
+            print(f"artifacts go to {self.dir} (a hand run: make figures writes figures/; out_root=<checkout> writes "
+                  "there by hand)")
         self.dir.mkdir(parents=True, exist_ok=True)
         self.entries: list[dict] = []
         old_index = self.dir / INDEX_NAME
@@ -122,6 +131,7 @@ class Artifacts:
         fig.savefig(paths[1], bbox_inches="tight", metadata={"CreationDate": None})
         for path in paths:
             self._add(path, document, item, description, document_number=plots.shows_document_number(fig))
+        show_figure(fig)
         return paths
 
     def table(self, rows: list[dict], name: str, *, document: str, item: str,
@@ -140,6 +150,7 @@ class Artifacts:
         md_path.write_text(f"**{item}** ({document}): {description}\n\n" + "\n".join(lines) + "\n")
         for path in (csv_path, md_path):
             self._add(path, document, item, description)
+        show(Table(columns, rows, title=f"{item} ({document}): {description}", saved=csv_path.name))
         return [csv_path, md_path]
 
 
@@ -151,6 +162,68 @@ class Artifacts:
         if len(set(ids)) != len(ids):
             raise ValueError(f"{self.stem} decides a claim twice: {sorted(i for i in ids if ids.count(i) > 1)}")
         return self.table(rows, VERDICTS_STEM, document=document, item=item, description=description)
+
+
+def artifact_dir(stem: str, root: Path | str | None) -> Path:
+    """Where a notebook's artifacts go: the staging folder under ``run_notebooks.py`` (swapped into figures/ on
+    success); ``<root>/figures/<stem>`` when the caller names a root; else, on a hand run, the scratch folder
+    ``build/scratch/figures/<stem>`` of this checkout, so that exploring never writes over the committed figures."""
+    staging = os.environ.get(STAGING_ENV)
+    if staging:
+        return Path(staging) / stem
+    if root is not None:
+        return Path(root) / "figures" / stem
+    return find_root() / SCRATCH / "figures" / stem
+
+
+def show(obj) -> None:
+    """Display ``obj`` in the notebook when running in a Jupyter kernel (papermill's included); nothing elsewhere."""
+    try:
+        from IPython import get_ipython
+        from IPython.display import display
+    except ImportError:  # pragma: no cover - IPython comes with the notebooks' dependencies
+        return
+    shell = get_ipython()
+    if shell is not None and getattr(shell, "kernel", None) is not None:
+        display(obj)
+
+
+def show_figure(fig) -> None:
+    """Show ``fig`` inline as a PNG at ``DISPLAY_DPI`` (so that an executed notebook reads on its own, at a moderate
+    size) and close it, so the inline backend does not show it a second time at the end of the cell."""
+    import io
+
+    import matplotlib.pyplot as plt
+    from IPython.display import Image
+
+    buffer = io.BytesIO()
+    fig.savefig(buffer, format="png", dpi=DISPLAY_DPI, bbox_inches="tight")
+    show(Image(data=buffer.getvalue(), format="png"))
+    plt.close(fig)
+
+
+class Table:
+    """A saved table as a notebook shows it: rendered HTML (the first ``TABLE_ROWS`` rows) and Markdown text."""
+
+    def __init__(self, columns: list[str], rows: list[dict], title: str, saved: str):
+        self.columns, self.rows, self.title, self.saved = columns, rows, title, saved
+
+    def _more(self) -> str:
+        hidden = len(self.rows) - TABLE_ROWS
+        return f"{hidden} more rows in {self.saved}" if hidden > 0 else ""
+
+    def _repr_html_(self) -> str:
+        head = "".join(f"<th>{html.escape(c)}</th>" for c in self.columns)
+        body = "".join("<tr>" + "".join(f"<td>{html.escape(_cell(row[c]))}</td>" for c in self.columns) + "</tr>"
+                       for row in self.rows[:TABLE_ROWS])
+        more = f"<p><i>{html.escape(self._more())}</i></p>" if self._more() else ""
+        return (f"<p><b>{html.escape(self.title)}</b></p><table><thead><tr>{head}</tr></thead>"
+                f"<tbody>{body}</tbody></table>{more}")
+
+    def __repr__(self) -> str:
+        lines = [f"| {' | '.join(self.columns)} |", "|" + "---|" * len(self.columns)]
+        lines += [f"| {' | '.join(_md(row[c]) for c in self.columns)} |" for row in self.rows[:TABLE_ROWS]]
+        return "\n".join([self.title, "", *lines, self._more()]).rstrip()
 
 
 def swap_in(staging: Path, figures: Path) -> list[str]:

@@ -67,11 +67,13 @@ VARIANTS: dict[str, dict[str, dict]] = {
 # Runs that read what another run computed: run name -> the runs it waits for. None today: every notebook computes
 # what it shows (the zoo's trained weights are inputs shipped in specrepro/zoo/, not outputs of a notebook).
 DEPENDS: dict[str, tuple[str, ...]] = {}
+# Notebooks that make no artifact: explored by hand in JupyterLab (tests/test_explore.py executes them headless).
+INTERACTIVE = ("explore",)
 
 
 def select(only: list[str] | None) -> list[Path]:
-    """The notebooks to run, sorted; ``only`` names them by stem or file name."""
-    found = sorted(NOTEBOOKS.glob("*.ipynb"))
+    """The notebooks to run, sorted (the interactive ones left out); ``only`` names them by stem or file name."""
+    found = sorted(p for p in NOTEBOOKS.glob("*.ipynb") if p.stem not in INTERACTIVE)
     if not only:
         return found
     by_stem = {p.stem: p for p in found}

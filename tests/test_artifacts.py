@@ -141,3 +141,48 @@ def test_one_verdict_per_claim(tmp_path, monkeypatch):
         assert "decided twice" in str(error) and "first/verdicts.csv" in str(error)
     else:
         raise AssertionError("a claim decided in two notebooks was accepted")
+
+
+def test_an_executed_notebook_shows_each_figure_once_and_each_table_rendered(tmp_path):
+    """Artifacts.figure shows the figure inline (one PNG, not a second copy from the inline backend) and
+    Artifacts.table shows a rendered HTML table, so the executed notebook reads on its own."""
+    nb = nbformat.v4.new_notebook(metadata={"kernelspec": {"name": "python3", "language": "python",
+                                                           "display_name": "Python 3"}})
+    params = nbformat.v4.new_code_cell("out_root = None")
+    params.metadata["tags"] = ["parameters"]
+    body = (f"import sys; sys.path[:0] = [{str(ROOT)!r}, {str(ROOT / 'notebooks')!r}]\n"
+            "import matplotlib.pyplot as plt\nfrom artifacts import Artifacts\nfrom specrepro import plots\n"
+            "art = Artifacts('toy', out_root)\n"
+            "fig, ax = plots.figure(width=3, height=2)\nax.plot([0, 1], [0, 1])\n"
+            "plots.title(ax, plots.THEORY, 'a line')\n"
+            "art.figure(fig, 'toy_line', footer=plots.Footer(plots.THEORY, profile='smoke'), document='none',\n"
+            "           item='toy', description='a line')\n"
+            "art.table([{'x': i, 'y': i * i} for i in range(50)], 'toy_table', document='none', item='toy',\n"
+            "          description='a toy table')\n")
+    nb.cells = [params, nbformat.v4.new_code_cell(body)]
+    nbformat.write(nb, tmp_path / "toy.ipynb")
+    assert run_one(tmp_path / "toy.ipynb", {"out_root": str(tmp_path)}, "toy", tmp_path / "executed", 1,
+                   tmp_path / "figures") is None
+    cells = nbformat.read(tmp_path / "executed" / "toy.ipynb", as_version=4).cells
+    (outputs,) = [c.outputs for c in cells if "art.figure" in c.source]  # papermill adds a parameters cell
+    images = [o for o in outputs if "image/png" in o.get("data", {})]
+    tables = [o["data"]["text/html"] for o in outputs if "text/html" in o.get("data", {})]
+    assert len(images) == 1, [o.get("data", {}).keys() for o in outputs]
+    assert len(tables) == 1 and tables[0].count("<tr>") == 1 + 40 and "10 more rows in toy_table.csv" in tables[0]
+    assert (tmp_path / "figures" / "toy" / "toy_line.png").is_file()
+
+
+def test_a_hand_run_writes_a_scratch_folder_not_the_committed_figures(tmp_path, monkeypatch, capsys):
+    """Without run_notebooks.py's staging folder and without out_root, artifacts go to build/scratch/ of the
+    checkout the notebook runs in; naming a root writes <root>/figures/."""
+    from artifacts import STAGING_ENV, Artifacts
+
+    (tmp_path / "simulations").mkdir()
+    (tmp_path / "notebooks").mkdir()
+    monkeypatch.delenv(STAGING_ENV, raising=False)
+    monkeypatch.chdir(tmp_path / "notebooks")
+    art = Artifacts("toy")
+    assert art.dir == tmp_path / "build" / "scratch" / "figures" / "toy" and art.dir.is_dir()
+    assert "a hand run" in capsys.readouterr().out
+    assert not (tmp_path / "figures").exists()
+    assert Artifacts("toy", tmp_path / "elsewhere").dir == tmp_path / "elsewhere" / "figures" / "toy"

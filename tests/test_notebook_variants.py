@@ -27,7 +27,7 @@ def test_every_variant_sets_parameters_its_notebook_declares():
 
 def test_every_notebook_takes_the_runners_parameters():
     """run_notebooks passes profile (smoke, quick or full) and out_root (the smoke profile's scratch folder) to all."""
-    for notebook in sorted((ROOT / "notebooks").glob("*.ipynb")):
+    for notebook in run_notebooks.select(None):
         assert {"profile", "out_root"} <= declared_parameters(notebook), notebook.name
         code = "".join("".join(c["source"]) for c in json.loads(notebook.read_text())["cells"] if c["cell_type"] == "code")
         assert '"smoke"' in code, f"{notebook.name} has no smoke settings"

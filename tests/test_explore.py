@@ -1,0 +1,147 @@
+"""The explorer (specrepro/explore.py, notebooks/explore.ipynb): controls checked, theory figures that agree with
+simulations/ and pass the figure checks, the committed benches' points read with their devices, token sources that
+add up to the loop's own record, and the notebook executing headless. tests/test_browser.py drives it in JupyterLab."""
+from __future__ import annotations
+
+import dataclasses
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import simulations as sim
+from specrepro import explore as ex
+from specrepro import plots
+from specrepro.config import DecodeConfig
+from specrepro.drafters import LMDrafter
+from specrepro.metrics.profile import save_profile
+from specrepro.speculative import speculative_generate
+from tests.helpers import fake_profile
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.mark.parametrize("field, value, words", [("alpha", 1.0, "alpha must be in [0, 1)"),
+                                                 ("gamma", 0, "gamma must be in 1..gamma_max"),
+                                                 ("top_k", 9, "top_k must be in 1..experts = 8"),
+                                                 ("batch", 0, "batch must be ≥ 1")])
+def test_a_bad_control_is_one_clear_error(field, value, words):
+    with pytest.raises(ValueError, match=words.replace("[", r"\[").replace(")", r"\)").replace(".", r"\.")):
+        ex.Controls(**{field: value})
+
+
+def test_the_speedup_surface_agrees_with_the_optimal_gamma_of_simulations():
+    ctrl = ex.Controls(c=0.05, beta=1.0)
+    alphas = np.array([0.3, 0.6, 0.8, 0.9])
+    grid = ex.speedup_grid(ctrl, alphas)
+    for a, row in zip(alphas, grid):
+        assert int(row.argmax()) + 1 == int(sim.optimal_gamma(a, ctrl.c, ctrl.gamma_max))
+        assert row[ctrl.gamma - 1] == pytest.approx(float(sim.expected_speedup(a, ctrl.gamma, ctrl.c)))
+
+
+def test_batch_costs_nothing_below_the_knee_and_tokens_above_it():
+    assert ex.roofline(5, batch=1, knee=64) == pytest.approx(1.0)
+    assert ex.roofline(5, batch=8, knee=64) == pytest.approx(1.0)  # 40 tokens: still memory-bound
+    assert ex.roofline(5, batch=256, knee=64) == pytest.approx(5.0)  # compute-bound already at one token each
+    beta = ex.beta_of(ex.Controls(beta=1.2, batch=256, knee=64))
+    assert beta(1) == pytest.approx(1.0) and beta(5) == pytest.approx(1.2 * 5.0)
+    wide = ex.beta_of(ex.Controls(beta=1.2, batch=1, knee=32))
+    assert wide(32) == pytest.approx(1.2) and wide(128) == pytest.approx(1.2 * 4)  # a tree wider than the knee
+
+
+def test_a_device_profile_gives_its_measured_beta_and_c(tmp_path):
+    path = save_profile(fake_profile("bf16", decode_ms=40.0, betas={2: 1.1, 4: 1.3, 8: 2.0}, draft_ms=4.0),
+                        tmp_path / "p.json")
+    ctrl = ex.Controls(profile=str(path), beta=3.0, c=0.4)
+    assert ex.beta_of(ctrl)(4) == pytest.approx(1.3) and ex.beta_of(ctrl)(3) == pytest.approx(1.2)
+    assert ex.beta_of(ctrl)(20) == pytest.approx(2.0)  # beyond the measured sizes: the largest measured β
+    at_batch = ex.beta_of(dataclasses.replace(ctrl, batch=64, knee=32))  # r_64(4) / r_1(4) = 8 / 2
+    assert at_batch(4) == pytest.approx(1.3 * 4.0)
+    assert ex.cost_ratio(ctrl) == pytest.approx(0.1)
+    assert ex.device_profiles(tmp_path) == {"p.json": path}
+    (tmp_path / "q.json").write_text(json.dumps({"format": "other"}))
+    with pytest.raises(ValueError, match="not a specrepro device profile"):
+        ex.read_profile(str(tmp_path / "q.json"))
+
+
+def test_the_committed_benches_give_points_with_their_device():
+    points = ex.bench_points()
+    assert points, "figures/bench/ holds the committed benches"
+    assert all(p.device and np.isfinite(p.speedup) and p.tokens_per_call >= 1.0 for p in points)
+    assert {p.base for p in points} >= {"speculative", "prompt-lookup", "medusa"}
+    trees = [p for p in points if p.base in ex.TREE_METHODS]
+    assert trees and all(p.tree_size is not None and p.tree_size >= 1 for p in trees)
+
+
+@pytest.mark.parametrize("draw", [ex.tokens_figure, ex.speedup_figure, ex.tree_figure, ex.moe_figure,
+                                  ex.mentored_figure])
+def test_every_figure_says_what_it_is_and_renders(draw):
+    points = ex.bench_points()
+    fig = draw(ex.Controls(), points) if draw in (ex.tokens_figure, ex.speedup_figure, ex.tree_figure) \
+        else draw(ex.Controls())
+    assert ex.png(fig)[:4] == b"\x89PNG"  # png() runs plots.check: footer, theory/measured title, no raw markup
+    text = " ".join(plots.texts(fig))
+    if draw in (ex.tokens_figure, ex.speedup_figure):
+        assert "measured, bench" in text and "cpu" in text  # the committed points, labelled with their device
+
+
+def test_the_tree_curve_grows_with_size_and_with_alpha():
+    sizes = (2, 4, 8, 16, 32)
+    low, _ = ex._tree_curves(0.3, sizes)
+    high, _ = ex._tree_curves(0.7, sizes)
+    assert np.all(np.diff(high) >= -1e-9) and np.all(high > low) and np.all(low >= 1.0)
+
+
+def test_token_sources_of_hand_made_steps():
+    chain = [-1, 0, 1]  # a chain of three
+    tree = [-1, 0, -1, 2]  # two chains of two: 0 -> 1 (first) and 2 -> 3
+    steps = [(chain, [0, 1, 2]),  # all accepted: three draft tokens and a bonus
+             (chain, [0]),  # one accepted, then a correction
+             ([], []),  # nothing proposed: a plain step
+             (tree, [2, 3]),  # the second branch, to its leaf
+             (chain, [])]  # the first draft rejected
+    assert ex.token_sources(steps, 100) == (["accepted draft"] * 3 + ["bonus"] + ["accepted draft", "corrected"]
+                                            + ["target"] + ["accepted tree branch"] * 2 + ["bonus"] + ["corrected"])
+    assert len(ex.token_sources(steps, 5)) == 5  # a stop inside a step commits fewer
+
+
+def test_traced_sources_add_up_to_the_loops_record(tiny_pair_64):
+    target, draft = tiny_pair_64
+    drafter = ex.TracingDrafter(LMDrafter(draft))
+    rec = speculative_generate(target, drafter, [1, 5, 3, 7, 2], DecodeConfig(max_new_tokens=40, gamma=3), set())
+    sources = ex.token_sources(drafter.steps, rec.new_tokens)
+    assert len(sources) == rec.new_tokens == 40
+    assert sum(s.startswith("accepted") for s in sources) == sum(rec.accept_lengths)
+    assert sources.count("bonus") == sum(a == g for a, g in zip(rec.accept_lengths, rec.proposed_lengths))
+    assert sources.count("corrected") + sources.count("bonus") + sources.count("target") == rec.target_calls
+
+
+def test_a_run_on_the_offline_model_colours_every_token():
+    trace = ex.run_traced("medusa", "Name three colours.", max_new_tokens=12, tree_size=8, dtype="fp32")
+    assert len(trace.pieces) == len(trace.sources) == trace.record["new_tokens"]
+    assert sum(s.startswith("accepted") for s in trace.sources) == sum(trace.accept_lengths)
+    assert trace.tokens_per_s > 0 and trace.ar_tokens_per_s > 0 and trace.predicted_speedup > 0
+    page = ex.tokens_html(trace)
+    assert page.count("<span title=") == len(trace.pieces) and "measured" in page and "predicted" in page
+    assert ex.png(ex.trace_figure(trace))[:4] == b"\x89PNG"
+    with pytest.raises(ValueError, match="the run panel runs one of"):
+        ex.run_traced("mjgd", "x")
+
+
+def test_the_explorer_notebook_runs_headless(tmp_path):
+    """Every cell of notebooks/explore.ipynb runs in a real kernel (widgets render nothing there) without an error,
+    and writes nothing under figures/."""
+    import papermill as pm
+
+    before = sorted(p.name for p in (ROOT / "figures").iterdir())
+    pm.execute_notebook(str(ROOT / "notebooks" / "explore.ipynb"), str(tmp_path / "explore.ipynb"),
+                        kernel_name="python3", cwd=str(tmp_path), progress_bar=False)
+    text = (tmp_path / "explore.ipynb").read_text()
+    assert "measured points from" in text  # the first code cell's summary line; the theory cell asserts its drawing
+    assert sorted(p.name for p in (ROOT / "figures").iterdir()) == before
+
+
+def test_controls_are_frozen():
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        ex.Controls().alpha = 0.5  # type: ignore[misc]
