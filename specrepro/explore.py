@@ -223,19 +223,30 @@ def _at_temperature(points: list[BenchPoint], ctrl: Controls, bases: tuple[str, 
 # ------------------------------------------------------------------ theory figures
 
 
-def _figure(ncols: int, width: float, height: float = 4.4):
+def _figure(ncols: int, width: float, height: float = 4.0):
     """A figure outside pyplot (widgets redraw without leaking figures) with a fixed layout: no layout engine, whose
     extra pass would double the time of a redraw; ``png`` crops to what was drawn."""
     fig = Figure(figsize=(width, height), layout="none")
     axes = fig.subplots(1, ncols)
-    fig.subplots_adjust(left=0.08, right=0.97, bottom=0.36, top=0.9, wspace=0.3)
+    fig.subplots_adjust(left=0.08, right=0.97, bottom=0.33, top=0.9, wspace=0.3)
     return fig, np.atleast_1d(axes)
 
 
 def _footer(fig: Figure, kind: str, ctrl: Controls, note: str = "", measured: bool = False) -> None:
     device = "committed benches' devices, as labelled" if measured else "none (analytic)"
-    plots.draw_footer(fig, plots.Footer(kind, model="see labels" if measured else "none (analytic)", device=device,
-                                        profile=PROFILE_FOOTER, commit=_commit(), note=note or describe_costs(ctrl)))
+    footer = plots.Footer(kind, model="see labels" if measured else "none (analytic)", device=device,
+                          profile=PROFILE_FOOTER, commit=_commit(), note=note or describe_costs(ctrl))
+    _inside(fig, footer)
+
+
+def _inside(fig: Figure, footer: plots.Footer) -> None:
+    """``plots.draw_footer``, moved from under the figure into its bottom margin: ``png`` draws the fixed layout once,
+    without the extra pass that cropping to a footer outside the figure would take."""
+    plots.draw_footer(fig, footer)
+    for text in fig.texts:
+        if text.get_gid() == plots.FOOTER_GID:
+            text.set_position((0.01, 0.01))
+            text.set_verticalalignment("bottom")
 
 
 @functools.lru_cache(maxsize=1)
@@ -325,18 +336,22 @@ def speedup_figure(ctrl: Controls, points: list[BenchPoint] | None = None) -> Fi
     return fig
 
 
-@functools.lru_cache(maxsize=64)
 def _tree_curves(alpha: float, sizes: tuple[int, ...], m: int = 3) -> tuple[np.ndarray, np.ndarray]:
     """τ of the optimal (dynamic sparse) and static trees at each size, for top-k accuracies scaled from the PPD
-    paper's so that the top-1 at distance 1 is ``alpha``. The optimal tree's candidate counts are found by coordinate
-    ascent (``simulations.ppd.optimal_tree``, checked against the exhaustive search in its tests): a redraw stays
-    well under a second."""
+    paper's so that the top-1 at distance 1 is ``alpha``."""
+    points = np.array([_tree_point(alpha, int(n), m) for n in sizes])  # [len(sizes), 2]
+    return points[:, 0], points[:, 1]
+
+
+@functools.lru_cache(maxsize=4096)
+def _tree_point(alpha: float, n: int, m: int) -> tuple[float, float]:
+    """(τ of the optimal tree, τ of the static tree; NaN below m + 1 nodes) of size n. The optimal tree's candidate
+    counts come from coordinate ascent (``simulations.ppd.optimal_tree``, checked against the exhaustive search in
+    its tests), so that a redraw stays well under a second; each (α, n) is computed once."""
     rank = tree_rank_probs(alpha)
-    dynamic = np.array([sim.ppd.accept_length(sim.ppd.optimal_tree(rank, n, m, search="coordinate"), rank)
-                        for n in sizes])
-    static = np.array([sim.ppd.accept_length(sim.ppd.static_tree(rank, n, m), rank) if n >= m + 1 else np.nan
-                       for n in sizes])
-    return dynamic, static
+    dynamic = sim.ppd.accept_length(sim.ppd.optimal_tree(rank, n, m, search="coordinate"), rank)
+    static = sim.ppd.accept_length(sim.ppd.static_tree(rank, n, m), rank) if n >= m + 1 else np.nan
+    return float(dynamic), float(static)
 
 
 def tree_rank_probs(alpha: float) -> np.ndarray:
@@ -351,7 +366,7 @@ def tree_rank_probs(alpha: float) -> np.ndarray:
     return sim.ppd.rank_probabilities(topk)
 
 
-TREE_SIZES = (2, 4, 8, 16, 32, 64, 128)
+TREE_SIZES = (2, 4, 8, 16, 32, 64)
 
 
 def tree_figure(ctrl: Controls, points: list[BenchPoint] | None = None) -> Figure:
@@ -457,10 +472,10 @@ def mentored_figure(ctrl: Controls) -> Figure:
 
 
 def png(fig: Figure, dpi: int = 80) -> bytes:
-    """The figure as PNG bytes (what an ``ipywidgets.Image`` shows); checked like every saved figure."""
-    plots.check(fig)
+    """The figure as PNG bytes (what an ``ipywidgets.Image`` shows): one draw of the fixed layout, footer inside.
+    ``plots.check`` is not run on every redraw (it walks every tick); tests/test_explore.py runs it on each figure."""
     buffer = io.BytesIO()
-    fig.savefig(buffer, format="png", dpi=dpi, bbox_inches="tight")
+    fig.savefig(buffer, format="png", dpi=dpi)
     return buffer.getvalue()
 
 
@@ -629,7 +644,7 @@ def trace_figure(trace: Trace) -> Figure:
     right.set(xlabel="speedup over AR (tokens/s ratio, same prompt)")
     plots.title(right, plots.BOTH, "measured beside predicted")
     from .models import default_device
-    plots.draw_footer(fig, plots.Footer(plots.BOTH, model=f"target {TARGET}, draft {DRAFT}",
+    _inside(fig, plots.Footer(plots.BOTH, model=f"target {TARGET}, draft {DRAFT}",
                                         device=str(default_device()), dtype=trace.record.get("provenance", {})
                                         .get("dtype", "?"), profile=PROFILE_FOOTER, commit=_commit(),
                                         note="one prompt, one run: a noisy ratio"))

@@ -80,7 +80,8 @@ def test_every_figure_says_what_it_is_and_renders(draw):
     points = ex.bench_points()
     fig = draw(ex.Controls(), points) if draw in (ex.tokens_figure, ex.speedup_figure, ex.tree_figure) \
         else draw(ex.Controls())
-    assert ex.png(fig)[:4] == b"\x89PNG"  # png() runs plots.check: footer, theory/measured title, no raw markup
+    plots.check(fig)  # a footer, a title saying theory or measured, no raw markup
+    assert ex.png(fig)[:4] == b"\x89PNG"
     text = " ".join(plots.texts(fig))
     if draw in (ex.tokens_figure, ex.speedup_figure):
         assert "measured, bench" in text and "cpu" in text  # the committed points, labelled with their device
@@ -124,6 +125,7 @@ def test_a_run_on_the_offline_model_colours_every_token():
     assert trace.tokens_per_s > 0 and trace.ar_tokens_per_s > 0 and trace.predicted_speedup > 0
     page = ex.tokens_html(trace)
     assert page.count("<span title=") == len(trace.pieces) and "measured" in page and "predicted" in page
+    plots.check(ex.trace_figure(trace))
     assert ex.png(ex.trace_figure(trace))[:4] == b"\x89PNG"
     with pytest.raises(ValueError, match="the run panel runs one of"):
         ex.run_traced("mjgd", "x")
