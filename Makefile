@@ -46,8 +46,11 @@ bench: venv models
 	  --target smollm2-135m-instruct --draft smollm2-135m-draft --suite mixed \
 	  --max-new-tokens 64 --temperature 0 --gamma 4 --dtype auto --repeats 1 --out $(BENCH_OUT)
 
+# jupyter refuses to start as root without --allow-root (containers often run as root).
+lab: ALLOW_ROOT = $(if $(filter 0,$(shell id -u)),--allow-root)
 lab: venv
-	$(VENV)/bin/jupyter lab --notebook-dir=.
+	$(if $(ALLOW_ROOT),@echo "make lab: running as root (id -u = 0): passing --allow-root to jupyter lab")
+	$(VENV)/bin/jupyter lab --notebook-dir=. $(ALLOW_ROOT)
 
 clean-venv:
 	rm -rf $(VENV)
