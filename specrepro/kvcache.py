@@ -120,7 +120,8 @@ class CachedModel:
 
     def logits_for_tree(self, ids: list[int], tokens: torch.Tensor | list[int], parents: torch.Tensor | list[int],
                         output_hidden: bool = False, prompt_embeds: torch.Tensor | None = None,
-                        prompt_parents: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor | None]:
+                        prompt_parents: torch.Tensor | None = None, all_hidden: bool = False,
+                        hidden_layers: tuple[int, ...] = (-1,)) -> tuple[torch.Tensor, torch.Tensor | None]:
         """Score a token tree after the committed ``ids`` in one forward: (logits [N+1, V], hidden [N+1+P, H] | None).
 
         Row 0 is the next-token distribution after ``ids``, row i+1 the one after node i's root path (the row
@@ -134,6 +135,10 @@ class CachedModel:
         candidate, N.. an earlier prompt node) join the same tree after the candidates, with input embeddings
         instead of token ids. They get no logits (only hidden rows N+1.., with ``output_hidden``), and
         ``keep_path`` drops them with the unaccepted candidates.
+
+        EAGLE's scorer asks for more of the hidden states: ``all_hidden`` returns the rows of the M−1 uncached
+        committed tokens before the root too (hidden [M+N+P, F]), and ``hidden_layers`` concatenates several
+        ``hidden_states`` entries (F = H × their number; −1, the default, is the final-norm output).
         """
         ids = list(ids)
         tokens = torch.as_tensor(tokens, dtype=torch.long).cpu()
@@ -169,7 +174,10 @@ class CachedModel:
         self.tree = PendingTree(n_committed=len(ids), tokens=tokens.tolist(), parents=parents[:n], n_prompt=n_prompt)
         logits = out.logits[0, -(n + 1):]  # [N+1, V]
         # transformers 5 ties hidden_states[-1] to last_hidden_state, the final-norm output the LM head reads.
-        hidden = out.hidden_states[-1][0, m - 1:] if output_hidden else None  # [N+1+P, H]
+        hidden = None
+        if output_hidden:
+            states = torch.cat([out.hidden_states[i][0] for i in hidden_layers], dim=-1)  # [M+N+P, F]
+            hidden = states if all_hidden else states[m - 1:]  # [M+N+P, F] or [N+1+P, F]
         return logits, hidden
 
     def _tree_inputs(self, n_cached: int, m: int, parents: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
