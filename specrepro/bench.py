@@ -93,13 +93,15 @@ DTYPE_FIELDS = ("auto", "bf16", "fp16", "fp32")
 LOCK = ".lock"  # in a run folder: held (flock) by the process running a bench there
 
 
-def _param_field(spec: Method, field: str) -> tuple[str, int | float] | None:
-    """(parameter name, value) for a label field of ``spec``'s own parameters ("b4", "tau0.5", "kl0.05"), by the
-    label prefixes its Params declares; None when the field is none of them. Longer prefixes are tried first."""
+def _param_field(spec: Method, field: str) -> tuple[str, int | float | str] | None:
+    """(parameter name, value) for a label field of ``spec``'s own parameters ("b4", "tau0.5", "kl0.05",
+    "shapechain"), by the label prefixes its Params declares; None when the field is none of them. Longer prefixes are tried first."""
     fields = spec.label_fields()
     for prefix in sorted(fields, key=len, reverse=True):
         if field.startswith(prefix):
             f, text = fields[prefix], field[len(prefix):]
+            if f.metadata.get("choices"):  # a word of its choices ("eagle:shapechain")
+                return (f.name, text) if text in f.metadata["choices"] else None
             if isinstance(f.default, int):  # digits only
                 return (f.name, int(text)) if text.isdigit() else None
             try:

@@ -292,6 +292,7 @@ def load_draft(name: str, target: LoadedModel, dtype: str | torch.dtype | None =
 SELF_DRAFTS = {
     "medusa heads": {"smollm2-135m-instruct": "smollm2-135m-medusa"},
     "ppd prompt tokens": {"smollm2-135m-instruct": "smollm2-135m-ppd"},
+    "eagle draft": {"smollm2-135m-instruct": "smollm2-135m-eagle"},
 }
 
 

@@ -11,6 +11,7 @@ import dataclasses
 from .ar import AR
 from .base import Cost, Loop, Method, Needs, NoParams, TreeSizing
 from .bild import BILD
+from .eagle import EAGLE
 from .fused import FUSED
 from .greedy_draft import GREEDY_DRAFT
 from .medusa import MEDUSA
@@ -28,7 +29,7 @@ from .staged import STAGED
 from .transformers import HF_AR, HF_ASSISTED, HF_PROMPT_LOOKUP
 
 REGISTRY: dict[str, Method] = {m.name: m for m in (
-    AR, SPECULATIVE, GREEDY_DRAFT, PROMPT_LOOKUP, UNIGRAM, BIGRAM, STAGED, FUSED, ONLINE, MEDUSA, PPD,
+    AR, SPECULATIVE, GREEDY_DRAFT, PROMPT_LOOKUP, UNIGRAM, BIGRAM, STAGED, FUSED, ONLINE, MEDUSA, PPD, EAGLE,
     MULTI_DRAFT, SPECTR, MENTORED, MJGD, MJSD, BILD, HF_AR, HF_ASSISTED, HF_PROMPT_LOOKUP)}
 
 METHODS = tuple(REGISTRY)

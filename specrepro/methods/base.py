@@ -53,6 +53,7 @@ class Needs(enum.Enum):
     NGRAM_TABLE = "n-gram table"  # --ngram-table FILE: an .npz written by NGramTable.save
     MEDUSA_HEADS = "medusa heads"  # --draft FOLDER of trained heads; none: the target's own in the zoo
     PPD_PROMPT_TOKENS = "ppd prompt tokens"  # --draft FOLDER of trained prompt tokens; none: the zoo's
+    EAGLE_DRAFT = "eagle draft"  # --draft FOLDER of a trained EAGLE draft; none: the zoo's
 
     @property
     def flag(self) -> str | None:
@@ -62,7 +63,7 @@ class Needs(enum.Enum):
         """What the drafter is built from, of what a run has: the draft model, the n-gram table, or the self-drafting
         weights' folder or zoo name (None: the target's own in the zoo). The one place this is decided."""
         return {Needs.DRAFT_MODEL: draft_model, Needs.NGRAM_TABLE: ngram_table, Needs.MEDUSA_HEADS: weights,
-                Needs.PPD_PROMPT_TOKENS: weights}.get(self)
+                Needs.PPD_PROMPT_TOKENS: weights, Needs.EAGLE_DRAFT: weights}.get(self)
 
 
 class NoParams(MethodParams):
@@ -143,7 +144,8 @@ class Method:
         reads = {"gamma": self.cost is not Cost.PLAIN or self.loop is Loop.MJGD,  # MJGD: K = γ tokens per step
                  "tree_size": self.token_tree,
                  "acceptance": self.loop is Loop.SPECULATIVE and self.rule is None,  # else its own rule
-                 "draft": self.needs in (Needs.DRAFT_MODEL, Needs.MEDUSA_HEADS, Needs.PPD_PROMPT_TOKENS),
+                 "draft": self.needs in (Needs.DRAFT_MODEL, Needs.MEDUSA_HEADS, Needs.PPD_PROMPT_TOKENS,
+                                         Needs.EAGLE_DRAFT),
                  "ngram_table": self.needs is Needs.NGRAM_TABLE}
         return frozenset(name for name, read in reads.items() if read)
 

@@ -2,7 +2,7 @@
 
 One bench per (dtype, temperature) holds every method (mjgd, a search for the argmax, at T = 0 only), a prompt and
 three new tokens; each test reads one method's outcome, so a failure names the method, the dtype and T. The
-self-drafting methods (medusa, ppd) read tiny random weights saved to a folder and found as the tiny target's own
+self-drafting methods (medusa, ppd, eagle) read tiny random weights saved to a folder and found as the tiny target's own
 (``models.SELF_DRAFTS``), through the same builder, loader and hardware-aware tree size as the zoo's.
 """
 from __future__ import annotations
@@ -14,6 +14,7 @@ import torch
 
 from specrepro.bench import BenchConfig, BenchPrompt, run_bench
 from specrepro.drafters import fit_ngram
+from specrepro.drafters.eagle import EagleConfig, EagleDraft, save_draft
 from specrepro.drafters.medusa import MedusaConfig, MedusaHeads, save_heads
 from specrepro.drafters.ppd import PPDConfig, PromptTokens, save_prompt_tokens
 from specrepro.methods import METHODS, REGISTRY, Loop
@@ -39,6 +40,9 @@ def bench(tmp_path_factory):
                        folder / "medusa")
     prompt_tokens = save_prompt_tokens(PromptTokens(H, 3, 1, init=torch.randn(3, H, generator=g)),
                                        PPDConfig(hidden_size=H, target="tiny", rank_probs=RANKS), folder / "ppd")
+    eagle = save_draft(EagleDraft(tiny_model(vocab_size=V, n_layers=2, hidden=H, seed=0),
+                                  EagleConfig(hidden_size=H, depth=3, target="tiny", rank_probs=RANKS)),
+                       EagleConfig(hidden_size=H, depth=3, target="tiny", rank_probs=RANKS), folder / "eagle")
 
     @functools.cache
     def run(dtype: str, temperature: float):
@@ -52,6 +56,7 @@ def bench(tmp_path_factory):
         with pytest.MonkeyPatch.context() as patch:  # the tiny target's own self-drafting weights
             patch.setitem(SELF_DRAFTS["medusa heads"], "tiny", str(heads))
             patch.setitem(SELF_DRAFTS["ppd prompt tokens"], "tiny", str(prompt_tokens))
+            patch.setitem(SELF_DRAFTS["eagle draft"], "tiny", str(eagle))
             return run_bench(config, folder / f"{dtype}-T{temperature:g}", target=target, draft=draft,
                              prompts=[PROMPT], progress=False)
     return run
