@@ -287,6 +287,11 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
         c = f"c={p.c:.3f}" if p.c is not None else "c=- (no draft)"
         print(f"{dtype}: L_fp(1)={1e3 * p.decode_s:.1f} ms (IQR {1e3 * p.forward[0][1].p25_s:.1f}-"
               f"{1e3 * p.forward[0][1].p75_s:.1f}), {c}, {betas}")
+        if p.floor_s is not None:
+            m = p.machine
+            print(f"{dtype}: bandwidth floor {1e3 * p.floor_s:.1f} ms per decode step ({m['weight_bytes'] / 1e6:.0f} MB "
+                  f"of weights ÷ {m['bandwidth_bytes_s'] / 1e9:.1f} GB/s copy bandwidth): L_fp(1) is "
+                  f"{p.decode_s / p.floor_s:.1f}x the floor")
     if len(profiles) > 1:
         print("auto, plain decoding: " + choose_dtype(profiles, "plain").reason)
         if args.draft is not None:

@@ -35,7 +35,6 @@ import copy
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-import numpy as np
 import torch
 
 from ..config import SamplingConfig

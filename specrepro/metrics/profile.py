@@ -22,6 +22,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import math
 import os
 import platform
 import re
@@ -201,6 +202,13 @@ class Profile:
             raise ValueError(f"n = {n} is outside this profile's measured range 1..{self.n_max}")
         return float(np.interp(n, [m for m, _ in self.forward], [lat.median_s for _, lat in self.forward]))
 
+    @property
+    def floor_s(self) -> float | None:
+        """The bandwidth floor of one decode step: the target's weight bytes ÷ the measured copy bandwidth (None
+        for a profile measured before it was recorded)."""
+        m = self.machine
+        return m["weight_bytes"] / m["bandwidth_bytes_s"] if m.get("bandwidth_bytes_s") else None
+
     def beta(self, n: int) -> float:
         """β(n) = L_fp(n) / L_fp(1)."""
         return self.l_fp(n) / self.decode_s
@@ -290,6 +298,25 @@ def forward_timer(model: torch.nn.Module, context: list[int]) -> Callable[[int],
     return time_forward
 
 
+def memory_bandwidth(device: torch.device, megabytes: int = 256, repeats: int = 5) -> float:
+    """Bytes per second the device moves in a large copy (read + write counted), the best of ``repeats``: what a
+    memory-bound decode step is bounded by."""
+    clock = Clock(device)
+    src = torch.empty(megabytes * 2 ** 20 // 4, dtype=torch.float32, device=device).fill_(1.0)
+    dst = torch.empty_like(src)
+    best = math.inf
+    for _ in range(repeats + 1):
+        t0 = clock.now()
+        dst.copy_(src)
+        best = min(best, clock.now() - t0)
+    return 2 * src.numel() * src.element_size() / best
+
+
+def weight_bytes(model: torch.nn.Module) -> int:
+    """Bytes of the model's parameters: what one decode step has to read (tied weights counted once)."""
+    return sum({id(p): p.numel() * p.element_size() for p in model.parameters()}.values())
+
+
 def measure(target: torch.nn.Module, draft: torch.nn.Module | None, context: list[int], key: ProfileKey,
             ns: Sequence[int] = DEFAULT_NS, repeats: int = 5, warmup: int = 1,
             progress: Callable[[int, int], None] | None = None) -> Profile:
@@ -327,6 +354,7 @@ def measure(target: torch.nn.Module, draft: torch.nn.Module | None, context: lis
                "versions": {"python": platform.python_version(), "torch": torch.__version__,
                             "transformers": transformers.__version__},
                "git_revision": git_revision(), "load_average": list(os.getloadavg()),
+               "bandwidth_bytes_s": memory_bandwidth(device), "weight_bytes": weight_bytes(target),
                "created_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
                "seconds": round(time.perf_counter() - t_start, 2)}
     return Profile(key=key, context_tokens=len(context), repeats=repeats,

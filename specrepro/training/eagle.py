@@ -54,8 +54,9 @@ class EagleTrainConfig:
     task_shards: int = 4
     gen_batch: int = 64
     max_len: int = 320  # positions per conversation kept
+    window: int = 128  # positions of one training example: a random window of a conversation
     steps: int = 600
-    batch: int = 8  # conversations per step
+    batch: int = 8  # windows per step
     lr: float = 1e-3
     warmup: int = 20
     depth: int = 5  # deepest draft position measured on held-out data
@@ -129,11 +130,13 @@ def unroll(draft: EagleDraft, feats: torch.Tensor, tokens: torch.Tensor, passes:
 
 
 def sequence_loss(draft: EagleDraft, lm_head: torch.nn.Module, ex: Example, feat: Features, passes: int,
-                  token_weight: float) -> torch.Tensor:
-    """The EAGLE loss of one conversation, summed over the unrolled passes (mean over rows)."""
-    L = feat.f.shape[0]
-    tokens = ex.tokens[1:L]  # [n] x_1..x_{L−1}
-    f = feat.f.float()
+                  token_weight: float, start: int = 0, window: int | None = None) -> torch.Tensor:
+    """The EAGLE loss of one conversation (its positions start..start+window), summed over the unrolled passes
+    (mean over rows). RoPE is relative, so a window is a conversation of its own to the draft."""
+    end = feat.f.shape[0] if window is None else min(feat.f.shape[0], start + window)
+    tokens = ex.tokens[start + 1:end]  # [n] the window's x_1.., n = end − start − 1
+    f = feat.f[start:end].float()
+    feat = Features(f, feat.lse[start:end])
     target = f[1:, -draft.fc.out_features:]  # [n, H] f_1..f_{L−1}, the final-norm state
     weight = lm_head.weight if not draft.vocab.numel() else lm_head.weight[draft.vocab]
     with torch.no_grad():
@@ -183,11 +186,29 @@ def held_out_ranks(draft: EagleDraft, lm_head: torch.nn.Module, examples: list[E
     return hits / np.maximum(counts, 1)[:, None], counts
 
 
+def cached_features(model: torch.nn.Module, examples: list[Example], layers: tuple[int, ...], max_len: int,
+                    data: Path) -> list[Features]:
+    """``target_features``, kept in the data folder (``features_<layers>_<max_len>.pt``, written atomically) so that
+    every variant trained on the same data computes them once."""
+    path = data / f"features_{'_'.join(map(str, layers))}_{max_len}.pt"
+    if path.is_file():
+        saved = torch.load(path)
+        if saved["conversations"] == len(examples):
+            return [Features(f, lse) for f, lse in zip(saved["f"], saved["lse"])]
+    feats = target_features(model, examples, layers, max_len)
+    tmp = path.with_suffix(".tmp")
+    torch.save({"conversations": len(examples), "f": [x.f for x in feats], "lse": [x.lse for x in feats]}, tmp)
+    tmp.replace(path)
+    return feats
+
+
 def train_eagle(cfg: EagleTrainConfig, out: str | Path, target: LoadedModel | None = None,
-                command: list[str] | None = None) -> dict:
-    """The whole recipe (module docstring); ``target`` defaults to the zoo target in fp32 (tests pass a tiny one)."""
+                command: list[str] | None = None, data: str | Path | None = None) -> dict:
+    """The whole recipe (module docstring); ``target`` defaults to the zoo target in fp32 (tests pass a tiny one);
+    ``data`` is the data folder (default ``out/data``), shared by the variants of an ablation."""
     run = begin_run(out, cfg, "specrepro.training.eagle", command)
     out, timer = run.out, run.timer
+    data = Path(data) if data is not None else out / "data"
 
     # 1. Data: the Medusa heads' recipe.
     with timer.phase("data"):
@@ -195,14 +216,14 @@ def train_eagle(cfg: EagleTrainConfig, out: str | Path, target: LoadedModel | No
         dcfg = data_config(MedusaTrainConfig(target=cfg.target, seed=cfg.seed, shards=cfg.shards,
                                              task_shards=cfg.task_shards, gen_batch=cfg.gen_batch))
         chat = chat_format(target)
-        made = generate_data(target.model, chat, dcfg, out / "data", task_openings(target.tokenizer))
-        examples = load_data(out / "data", dcfg)
+        made = generate_data(target.model, chat, dcfg, data, task_openings(target.tokenizer))
+        examples = load_data(data, dcfg)
 
     # 2. The target's features, once.
     model = target.model
     layers = cfg.feature_layers(model.config.num_hidden_layers)
     with timer.phase("features"):
-        feats = target_features(model, examples, layers, cfg.max_len)
+        feats = cached_features(model, examples, layers, cfg.max_len, data)
     val = [i for i in range(len(examples)) if i % 20 == 0]
     train = [i for i in range(len(examples)) if i % 20]
 
@@ -228,9 +249,14 @@ def train_eagle(cfg: EagleTrainConfig, out: str | Path, target: LoadedModel | No
         passes = 1 + cfg.ttt
 
         def loss(step: int) -> torch.Tensor:
-            pick = torch.randint(0, len(train), (cfg.batch,), generator=g).tolist()
-            return sum(sequence_loss(draft, lm_head, examples[train[i]], feats[train[i]], passes, cfg.token_weight)
-                       for i in pick) / cfg.batch
+            total = torch.zeros(())
+            for i in torch.randint(0, len(train), (cfg.batch,), generator=g).tolist():
+                c = train[i]
+                room = max(1, feats[c].f.shape[0] - cfg.window + 1)
+                start = int(torch.randint(0, room, (1,), generator=g))
+                total = total + sequence_loss(draft, lm_head, examples[c], feats[c], passes, cfg.token_weight,
+                                              start, cfg.window)
+            return total / cfg.batch
 
         def validate() -> float:
             return float(sum(sequence_loss(draft, lm_head, examples[i], feats[i], passes, cfg.token_weight)
@@ -276,12 +302,13 @@ def train_eagle(cfg: EagleTrainConfig, out: str | Path, target: LoadedModel | No
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m specrepro.training.eagle", description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", required=True, help="run folder (data shards are reused if present)")
+    parser.add_argument("--data", default=None, help="data folder (default OUT/data): variants can share one")
     for f in dataclasses.fields(EagleTrainConfig):
         kw = {"choices": FEATURES} if f.name == "features" else {}
         parser.add_argument(f"--{f.name.replace('_', '-')}", type=type(f.default), default=f.default, **kw)
     args = vars(parser.parse_args(argv))
-    out = args.pop("out")
-    record = train_eagle(EagleTrainConfig(**args), out)
+    out, data = args.pop("out"), args.pop("data")
+    record = train_eagle(EagleTrainConfig(**args), out, data=data)
     print(json.dumps({"held_out": {k: v for k, v in record["held_out"].items() if "accept" in k},
                       "draft": record["draft"], "times_s": record["times_s"]}, indent=1))
 
