@@ -86,5 +86,17 @@ def test_the_shipped_ppd_prompt_tokens_fit_the_target(target):
     assert drafter.config == config
 
 
+def test_the_shipped_eagle_draft_fits_the_target(target):
+    from specrepro.drafters.eagle import load_draft as load_eagle
+    draft, config = load_eagle(self_draft_folder("eagle draft", None, TARGET), target.model)
+    assert config.hidden_size == target.model.config.hidden_size and config.target == TARGET
+    assert len(config.rank_probs) == config.depth  # one row of rank probabilities per draft depth
+    assert draft.vocab.numel() == config.draft_vocab and int(draft.vocab.max()) < target.vocab_size
+    drafter = drafter_for(None, "eagle", target, DecodeConfig(method="eagle"))  # the registry's builder
+    assert drafter.config == config
+    ablations = json.loads((self_draft_folder("eagle draft", None, TARGET) / "ablations.json").read_text())
+    assert ablations["shipped"] in {v["name"] for v in ablations["variants"]}
+
+
 def test_every_self_drafting_weight_of_the_target_is_shipped():
     assert {folders[TARGET] for folders in SELF_DRAFTS.values()} <= set(SHIPPED)

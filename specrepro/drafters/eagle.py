@@ -140,9 +140,20 @@ class EagleDraft(torch.nn.Module):
         x = x + layer.mlp(layer.post_attention_layernorm(x))
         return self.norm(x), KV(k, v)
 
+    def head_weight(self) -> torch.Tensor:
+        """[V_d, H]: the LM head's rows of the draft vocabulary (all of it without one). Gathered once and kept
+        (a gather of V_d rows every draft step would read as many bytes as the product itself)."""
+        weight = self._lm_head.weight
+        if not self.vocab.numel():
+            return weight
+        key = (weight.data_ptr(), weight.dtype, self.vocab.data_ptr(), self.vocab._version)
+        if self.__dict__.get("_head_key") != key:
+            self.__dict__["_head"], self.__dict__["_head_key"] = weight[self.vocab].detach(), key
+        return self.__dict__["_head"]
+
     def logits(self, feature: torch.Tensor) -> torch.Tensor:
         """The draft head on predicted features [..., H] -> [..., V_d] (V_d = V without a reduced vocabulary)."""
-        weight = self._lm_head.weight if not self.vocab.numel() else self._lm_head.weight[self.vocab]
+        weight = self.head_weight()
         return feature.to(weight.dtype) @ weight.T
 
     def token_ids(self, rows: torch.Tensor) -> torch.Tensor:

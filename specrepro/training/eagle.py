@@ -138,7 +138,7 @@ def sequence_loss(draft: EagleDraft, lm_head: torch.nn.Module, ex: Example, feat
     f = feat.f[start:end].float()
     feat = Features(f, feat.lse[start:end])
     target = f[1:, -draft.fc.out_features:]  # [n, H] f_1..f_{L−1}, the final-norm state
-    weight = lm_head.weight if not draft.vocab.numel() else lm_head.weight[draft.vocab]
+    weight = draft.head_weight()  # [V_d, H], frozen
     with torch.no_grad():
         p = (target @ weight.T - feat.lse[1:, None]).exp()  # [n, V_d] the target's p(x_{j+1}) on the draft vocab
     total = torch.zeros(())
@@ -155,7 +155,7 @@ def held_out_ranks(draft: EagleDraft, lm_head: torch.nn.Module, examples: list[E
     """(acc [depth, k_max], counts [depth]): acc[d, i] = P(the target's argmax at depth d+1 is among the draft's
     top i+1 | the d tokens before it are the target's argmax), ``full_head``: through the full LM head."""
     hits, counts = np.zeros((depth, k_max)), np.zeros(depth)
-    weight = lm_head.weight if full_head or not draft.vocab.numel() else lm_head.weight[draft.vocab]
+    weight = lm_head.weight if full_head else draft.head_weight()
     ids = torch.arange(weight.shape[0]) if full_head or not draft.vocab.numel() else draft.vocab
     with torch.inference_mode():
         for ex, feat in zip(examples, feats):
