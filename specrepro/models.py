@@ -59,6 +59,17 @@ ZOO: dict[str, ZooEntry] = {
         made_by=("python -m specrepro.training.ppd --out runs/ppd-v1 --data runs/ppd/data --seed 0 --steps 1500",
                  "python -m specrepro.training.ppd --out runs/ppd-v1 --data runs/ppd/data --remeasure"),
     ),
+    "smollm2-135m-eagle": ZooEntry(
+        description="a one-layer EAGLE draft on smollm2-135m-instruct's features (python -m specrepro.training.eagle)",
+        package="specrepro",
+        folder="zoo/smollm2-135m-eagle",
+        made_by=("python -m specrepro.training.eagle --out runs/eagle/last --data runs/eagle/data --features last "
+                 "--ttt 0 --threads 2",
+                 "python -m specrepro.training.eagle --out runs/eagle/ttt --data runs/eagle/data --features last "
+                 "--ttt 1 --steps 300 --threads 2",
+                 "python -m specrepro.training.eagle_ablations --runs runs/eagle/last runs/eagle/ttt --shipped last "
+                 "--out specrepro/zoo/smollm2-135m-eagle/ablations.json"),
+    ),
     "smollm2-135m-draft": ZooEntry(
         description="3-layer reduced-vocabulary draft distilled from smollm2-135m-instruct (python -m specrepro.training.draft)",
         package="specrepro",
