@@ -287,8 +287,8 @@ class EagleDrafter(TreeDrafter):
         with torch.inference_mode():
             root = self._commit_pending(ids)
             committed = self.kv.length
-            if self.shape == "dynamic":
-                tokens, parents, calls = self._dynamic(root, len(ids), gamma)
+            if self.shape == "dynamic":  # (a tree of N nodes is at most N deep: deeper expansions would be dropped)
+                tokens, parents, calls = self._dynamic(root, len(ids), min(gamma, self.tree_size))
             else:
                 tokens, parents, calls = self._fixed(root, len(ids), gamma)
             self.kv.keep(committed)  # drop the tree's pairs

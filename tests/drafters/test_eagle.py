@@ -121,3 +121,12 @@ def test_bad_settings_get_one_clear_error(tiny_pair_64):
         EagleDrafter(draft, config, shape="bushy")
     with pytest.raises(ValueError, match="feature_layers must end with -1"):
         EagleDraft(target, EagleConfig(hidden_size=32, feature_layers=(-1, 0)))
+
+
+def test_a_dynamic_tree_of_n_nodes_drafts_at_most_n_deep(tiny_pair_64):
+    """A tree of N nodes is at most N deep, so the draft runs at most min(γ, N) forwards per proposal."""
+    target, _ = tiny_pair_64
+    draft, config = random_draft(target)
+    rec = speculative_generate(target, EagleDrafter(draft, config, tree_size=2), [3, 4, 5, 6],
+                               DecodeConfig(max_new_tokens=16, gamma=4))
+    assert len(rec.tree_sizes) < rec.draft_calls <= 2 * len(rec.tree_sizes)  # (the last step: γ capped by the budget)
