@@ -48,8 +48,9 @@ def test_greedy_eagle_equals_autoregressive(tiny_pair_64, shape, tree_size, laye
 
 
 def test_the_draft_cache_holds_exactly_the_committed_pairs(tiny_pair_64):
-    """After every step the draft has run (f_{j−1}, x_j) for every committed j but the newest, queued the rest,
-    and the tree pairs it ran are gone; its keys equal a fresh causal run over the same pairs."""
+    """After every step the draft's cache holds the pairs (f_{j−1}, x_j) it has run, contiguous from the first,
+    the queued pairs continue them up to the newest committed token, and the tree pairs it ran are gone (the cache
+    grows with every step that proposed)."""
     target, _ = tiny_pair_64
     draft, config = random_draft(target)
     d = EagleDrafter(draft, config, tree_size=6)
