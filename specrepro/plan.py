@@ -34,6 +34,16 @@ class RunRequest:
     default_dtype: str = "fp32"  # the dtype a None request runs at
     tree_size_reason: str = "named"  # why a named tree size was named (a resumed bench: "kept from the first run")
     dtype_reason: str | None = None  # why a named dtype was named
+    # The run's mean prompt length and new tokens per prompt: auto then weighs each dtype's prefill and its step at
+    # the run's context (``choose_dtype``), and γ auto and the tree size read the profile at that context.
+    prompt_tokens: int | None = None
+    new_tokens: int | None = None
+
+    def profile_at(self, profile: Profile) -> Profile:
+        """``profile`` at this run's mean context (prompt + half the new tokens), or as measured without one."""
+        if self.prompt_tokens is None:
+            return profile
+        return profile.at_context(self.prompt_tokens + (self.new_tokens or 0) // 2)
 
 
 @dataclass
@@ -86,7 +96,8 @@ def choose_run_dtype(method: Method, profiles: Mapping[str, Profile], request: R
         return dtype_name(request.dtype), request.dtype_reason or "named"
     choice = choose_dtype({d: profiles[d] for d in request.candidates}, method.cost.value, request.gamma,
                           alpha_prior(method, request), request.gamma_max,
-                          tree_cost=tree_cost(method, request.tree_weights, request.target, request.gamma))
+                          tree_cost=tree_cost(method, request.tree_weights, request.target, request.gamma),
+                          prompt_tokens=request.prompt_tokens, new_tokens=request.new_tokens)
     return choice.dtype, choice.reason
 
 
@@ -108,14 +119,15 @@ def plan_run(method: Method, profiles: Mapping[str, Profile], request: RunReques
     built too, at the planned tree size."""
     dtype, dtype_reason = choose_run_dtype(method, profiles, request)
     needs_profile = request.gamma == "auto" and method.cost is not Cost.PLAIN
-    policy, gamma_reason = gamma_policy(method, profiles[dtype] if needs_profile else None, request)
+    policy, gamma_reason = gamma_policy(method, request.profile_at(profiles[dtype]) if needs_profile else None,
+                                        request)
     plan = Plan(method, dtype, dtype_reason, policy, gamma_reason)
     if method.tree is not None:
         if request.tree_size is not None:
             plan.tree_size, plan.tree_size_reason = request.tree_size, request.tree_size_reason
         else:
-            size = method.tree.choose(method.tree.read_config(request.tree_weights, request.target), profiles[dtype],
-                                      request.gamma)
+            size = method.tree.choose(method.tree.read_config(request.tree_weights, request.target),
+                                      request.profile_at(profiles[dtype]), request.gamma)
             plan.tree_size, plan.tree_size_reason = size.size, size.reason
     if models is not None and method.drafter is not None:
         target, source = models(dtype)

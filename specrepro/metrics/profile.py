@@ -4,6 +4,9 @@ For a (target, draft) pair on the device at hand, and for one dtype, a profile h
 
     L_fp(n)   median seconds of one target forward over n new tokens after a realistic cached prefix,
               n on a grid over 1..64 (linear in between), with the spread (25th and 75th percentiles);
+              measured after a prefix of ``context_tokens`` (256), and on a coarser grid after each of the longer
+              ``contexts`` (512, 1024): ``at_context(c)`` gives the curve at the run's own context;
+    L_pre(P)  seconds of the prefill, one forward over a P-token prompt from an empty cache (``prefill_s``);
     β(n)      = L_fp(n) / L_fp(1), the verification cost of the survey blog's *Batch Size* section;
     c         = one draft decode step / one target decode step (L_fp(1)), the cost ratio.
 
@@ -12,6 +15,11 @@ the device (CPU model and the instruction-set flags that change kernels, or the 
 the dtype, the thread count and the torch / transformers versions: a changed key never reuses a stale file.
 The profile is what ``--dtype auto`` and ``--gamma auto`` decide with (:func:`choose_dtype`,
 ``specrepro.adaptive``), and what the bench predicts speedups from.
+
+Why the longer contexts and the prefill (issue 23): on an AVX2-only EPYC a bf16 decode step after 256 tokens cost
+63 ms against fp32's 73, so auto chose bf16, yet the bench's bf16 AR ran 1.39x slower than fp32: a bf16 prefill of
+a few hundred tokens costs seconds there (no bf16 units), several times fp32's, and the step's cost grows with the
+context. A choice for a run weighs the prefill of its prompts and the step at its context, not one short-prefix step.
 
 Why it exists: on a Xeon without bf16 instructions a 5-token bf16 verify cost β ≈ 2.3 and fp32 won for
 speculation; on one with avx512_bf16 and AMX, bf16 verifies 5 tokens for β ≈ 1.1 while fp32 has the faster
@@ -43,8 +51,14 @@ from ..decoding import Clock, model_device
 from ..kvcache import CachedModel
 from ..provenance import atomic_write_text, git_revision
 
-FORMAT = "specrepro-device-profile/1"
+FORMAT = "specrepro-device-profile/2"  # /2 adds the longer contexts and the prefill
+FORMAT_1 = "specrepro-device-profile/1"  # still read (committed benches hold such profiles), never written
 N_MAX = 64
+# The longer cached prefixes a profile also times, on a coarser grid of sizes (a long prompt's step costs more:
+# attention reads the whole cache), and the prompt lengths whose prefill it times (linear beyond the last).
+LONG_CONTEXTS = (512, 1024)
+LONG_NS = (1, 2, 3, 5, 9, 17, 33, 64)
+PREFILL_SIZES = (32, 128, 512)
 # Every size up to 17 (γ ≤ 16 verifies γ+1 tokens), then a coarser grid up to 64 (tree sizes).
 DEFAULT_NS = tuple(range(1, 18)) + (20, 24, 28, 32, 40, 48, 56, 64)
 # CPU flags that select different matmul kernels for bf16 / fp16 (recorded and part of the device key).
@@ -135,15 +149,23 @@ class ProfileKey:
     weights: str = ""  # digest of the pair's weight files (a model retrained under the same name is a new key)
     context_tokens: int = 256  # the cached prefix every timed forward follows
     repeats: int = 5  # timed rounds per median
+    contexts: tuple[int, ...] = LONG_CONTEXTS  # longer cached prefixes, each timed on the coarse grid LONG_NS
+    prefill_sizes: tuple[int, ...] = PREFILL_SIZES  # prompt lengths whose prefill is timed
+
+    def __post_init__(self) -> None:  # (JSON gives lists back)
+        object.__setattr__(self, "contexts", tuple(int(c) for c in self.contexts))
+        object.__setattr__(self, "prefill_sizes", tuple(int(p) for p in self.prefill_sizes))
 
     @classmethod
     def here(cls, device: torch.device, target: str, draft: str | None, dtype: str,
-             threads: int | None = None, context_tokens: int = 256, repeats: int = 5) -> "ProfileKey":
+             threads: int | None = None, context_tokens: int = 256, repeats: int = 5,
+             contexts: Sequence[int] = LONG_CONTEXTS, prefill_sizes: Sequence[int] = PREFILL_SIZES) -> "ProfileKey":
         import transformers
         return cls(device=device_key(device), target=target, draft=draft, dtype=dtype_name(dtype),
                    threads=threads or torch.get_num_threads(), torch=torch.__version__,
                    transformers=transformers.__version__, weights=weights_digest(target, draft),
-                   context_tokens=context_tokens, repeats=repeats)
+                   context_tokens=context_tokens, repeats=repeats, contexts=tuple(contexts),
+                   prefill_sizes=tuple(prefill_sizes))
 
     def filename(self) -> str:
         """A readable, unique file name: the pair, dtype and threads, then a hash of the whole key."""
@@ -181,11 +203,18 @@ class Profile:
     forward: tuple[tuple[int, Latency], ...]  # (n, L_fp(n)) on the measured grid, n ascending from 1
     draft_decode: Latency | None  # one draft decode step, None without a draft
     machine: dict  # cpu / gpu description, versions, git revision, when and how long
+    # (context c, ((n, L_fp(n) after c cached tokens), ...)) for each longer context, c ascending; () if none
+    contexts: tuple[tuple[int, tuple[tuple[int, Latency], ...]], ...] = ()
+    prefill: tuple[tuple[int, Latency], ...] = ()  # (P, seconds of one forward over P tokens from an empty cache)
 
     def __post_init__(self) -> None:
         ns = [n for n, _ in self.forward]
         if not ns or ns[0] != 1 or any(b <= a for a, b in zip(ns, ns[1:])):
             raise ValueError(f"a profile's forward sizes must start at 1 and increase, got {ns}")
+        cs = [self.context_tokens] + [c for c, _ in self.contexts]
+        if any(b <= a for a, b in zip(cs, cs[1:])) or any(not curve or curve[0][0] != 1 for _, curve in self.contexts):
+            raise ValueError(f"a profile's longer contexts must increase from {self.context_tokens} and each curve "
+                             f"start at n = 1, got {cs}")
 
     @property
     def n_max(self) -> int:
@@ -208,6 +237,39 @@ class Profile:
         for a profile measured before it was recorded)."""
         m = self.machine
         return m["weight_bytes"] / m["bandwidth_bytes_s"] if m.get("bandwidth_bytes_s") else None
+
+    def at_context(self, context: int) -> "Profile":
+        """This profile's L_fp(n) curve after ``context`` cached tokens: linear between the measured contexts, the
+        nearest measured one outside them (a shorter context than ``context_tokens`` keeps the base curve, a slight
+        overestimate). Sizes beyond a longer context's grid keep the base curve's ratio to its last measured size.
+        Everything read from the result (L_fp, β, τ-per-second choices) is then for a run at that context."""
+        if not self.contexts or context <= self.context_tokens:
+            return self
+        curves = [(self.context_tokens, self.forward)] + list(self.contexts)
+        cs = [c for c, _ in curves]
+
+        def at(curve, n: int) -> float:
+            ns, ts = [m for m, _ in curve], [lat.median_s for _, lat in curve]
+            if n <= ns[-1]:
+                return float(np.interp(n, ns, ts))
+            return ts[-1] * self.l_fp(n) / self.l_fp(ns[-1])  # (beyond a coarse grid's end: the base curve's shape)
+        forward = []
+        for n, lat in self.forward:
+            t = float(np.interp(context, cs, [at(curve, n) for _, curve in curves]))
+            scale = t / lat.median_s
+            forward.append((n, Latency(t, lat.p25_s * scale, lat.p75_s * scale)))
+        return dataclasses.replace(self, context_tokens=min(context, cs[-1]), forward=tuple(forward), contexts=())
+
+    def prefill_s(self, prompt_tokens: int) -> float | None:
+        """L_pre(P): seconds of the prefill of a P-token prompt, linear between the measured lengths and through
+        the origin below the first, extrapolated from the last two beyond the longest (None if not measured)."""
+        if not self.prefill:
+            return None
+        ps, ts = [0] + [p for p, _ in self.prefill], [0.0] + [lat.median_s for _, lat in self.prefill]
+        if prompt_tokens <= ps[-1]:
+            return float(np.interp(prompt_tokens, ps, ts))
+        slope = (ts[-1] - ts[-2]) / (ps[-1] - ps[-2])
+        return ts[-1] + slope * (prompt_tokens - ps[-1])
 
     def beta(self, n: int) -> float:
         """β(n) = L_fp(n) / L_fp(1)."""
@@ -243,13 +305,19 @@ class Profile:
     @classmethod
     def from_dict(cls, d: dict, source: str = "profile") -> "Profile":
         """Read back a profile; a corrupt or foreign file gets one error naming it."""
-        if not isinstance(d, dict) or d.get("format") != FORMAT:
+        if isinstance(d, dict) and d.get("format") == FORMAT_1:
+            # A profile from before the longer contexts and the prefill (a committed bench's): read as it was made.
+            d = {**d, "key": {**d.get("key", {}), "contexts": (), "prefill_sizes": ()}, "contexts": (), "prefill": ()}
+        elif not isinstance(d, dict) or d.get("format") != FORMAT:
             raise ValueError(f"{source} is not a specrepro device profile (expected format {FORMAT!r})")
         try:
+            def curve(pairs) -> tuple[tuple[int, Latency], ...]:
+                return tuple((int(n), Latency(**lat)) for n, lat in pairs)
             return cls(key=ProfileKey(**d["key"]), context_tokens=int(d["context_tokens"]), repeats=int(d["repeats"]),
-                       forward=tuple((int(n), Latency(**lat)) for n, lat in d["forward"]),
+                       forward=curve(d["forward"]),
                        draft_decode=Latency(**d["draft_decode"]) if d["draft_decode"] else None,
-                       machine=dict(d["machine"]))
+                       machine=dict(d["machine"]), contexts=tuple((int(c), curve(f)) for c, f in d["contexts"]),
+                       prefill=curve(d["prefill"]))
         except (KeyError, TypeError, ValueError) as err:
             raise ValueError(f"{source} is a damaged device profile ({type(err).__name__}: {err})") from None
 
@@ -320,28 +388,46 @@ def weight_bytes(model: torch.nn.Module) -> int:
 def measure(target: torch.nn.Module, draft: torch.nn.Module | None, context: list[int], key: ProfileKey,
             ns: Sequence[int] = DEFAULT_NS, repeats: int = 5, warmup: int = 1,
             progress: Callable[[int, int], None] | None = None) -> Profile:
-    """Time L_fp(n) for every n in ``ns`` and one draft decode step, interleaved round by round so that a
-    change in machine load hits every size alike; medians over ``repeats`` rounds after ``warmup``."""
+    """Time L_fp(n) for every n in ``ns`` after ``context`` and one draft decode step, interleaved round by round so
+    that a change in machine load hits every size alike; medians over ``repeats`` rounds after ``warmup``. Then,
+    in the same rounds, L_fp(n) on the coarse grid ``LONG_NS`` (up to max(ns)) after each of ``key.contexts`` (the
+    context's tokens cycled to that length) and the prefill of each of ``key.prefill_sizes`` prompt tokens; a length
+    the target's context cannot hold is left out (and so not in the profile)."""
     ns = sorted(set(int(n) for n in ns))
     if not ns or ns[0] != 1 or ns[-1] > N_MAX:
         raise ValueError(f"profile sizes must include 1 and stay within 1..{N_MAX}, got {ns}")
     if repeats < 1:
         raise ValueError(f"repeats must be >= 1, got {repeats}")
+    if not context:
+        raise ValueError("the calibration context is empty")
     context_length = int(getattr(target.config, "max_position_embeddings", 2048))
     if len(context) + ns[-1] > context_length:
         raise ValueError(f"a {len(context)}-token context + {ns[-1]} tokens exceeds the target's context of "
                          f"{context_length}")
     t_start = time.perf_counter()
-    time_target = forward_timer(target, context)
+    cycled = context * (max([len(context), *key.contexts, *key.prefill_sizes]) // len(context) + 1)
+    long_ns = sorted({n for n in LONG_NS if n < ns[-1]} | {1, ns[-1]})
+    # context length -> (timer, the sizes timed after it); forward_timer prefills its context once, here
+    timers = {len(context): (forward_timer(target, context), ns)}
+    for c in key.contexts:
+        if len(context) < c and c + ns[-1] <= context_length:
+            timers[c] = (forward_timer(target, cycled[:c]), long_ns)
+    prefill_sizes = [p for p in key.prefill_sizes if p <= context_length]
     time_draft = forward_timer(draft, context) if draft is not None else None
-    times: dict[int, list[float]] = {n: [] for n in ns}
+    times: dict[tuple[int, int], list[float]] = {(c, n): [] for c, (_, sizes) in timers.items() for n in sizes}
+    prefill_times: dict[int, list[float]] = {p: [] for p in prefill_sizes}
     draft_times: list[float] = []
     rounds = warmup + repeats
     for r in range(rounds):
-        for n in ns:
-            t = time_target(n)
+        for c, (timer, sizes) in timers.items():
+            for n in sizes:
+                t = timer(n)
+                if r >= warmup:
+                    times[c, n].append(t)
+        for p in prefill_sizes:
+            t = prefill_time(target, cycled[:p])
             if r >= warmup:
-                times[n].append(t)
+                prefill_times[p].append(t)
         if time_draft is not None:
             t = time_draft(1)
             if r >= warmup:
@@ -357,9 +443,22 @@ def measure(target: torch.nn.Module, draft: torch.nn.Module | None, context: lis
                "bandwidth_bytes_s": memory_bandwidth(device), "weight_bytes": weight_bytes(target),
                "created_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
                "seconds": round(time.perf_counter() - t_start, 2)}
-    return Profile(key=key, context_tokens=len(context), repeats=repeats,
-                   forward=tuple((n, Latency.of(times[n])) for n in ns),
-                   draft_decode=Latency.of(draft_times) if draft_times else None, machine=machine)
+
+    def curve(c: int) -> tuple[tuple[int, Latency], ...]:
+        return tuple((n, Latency.of(times[c, n])) for n in timers[c][1])
+    longer = sorted(set(timers) - {len(context)})
+    return Profile(key=key, context_tokens=len(context), repeats=repeats, forward=curve(len(context)),
+                   draft_decode=Latency.of(draft_times) if draft_times else None, machine=machine,
+                   contexts=tuple((c, curve(c)) for c in longer),
+                   prefill=tuple((p, Latency.of(prefill_times[p])) for p in prefill_sizes))
+
+
+def prefill_time(model: torch.nn.Module, prompt: list[int]) -> float:
+    """Seconds of one forward over ``prompt`` from an empty cache (the prefill), device-synchronised."""
+    cm, clock = CachedModel(model), Clock(model_device(model))
+    t0 = clock.now()
+    cm.logits_for(prompt)
+    return clock.now() - t0
 
 
 def calibration_context(tokenizer, vocab_size: int, length: int = 256) -> list[int]:
@@ -417,7 +516,8 @@ class DtypeChoice:
 
 def choose_dtype(profiles: dict[str, Profile], kind: str, gamma: int | str = 4,
                  alpha: float = DEFAULT_ALPHA_PRIOR, gamma_max: int = 16,
-                 tree_cost: Callable[[Profile], tuple[float, str]] | None = None) -> DtypeChoice:
+                 tree_cost: Callable[[Profile], tuple[float, str]] | None = None,
+                 prompt_tokens: int | None = None, new_tokens: int | None = None) -> DtypeChoice:
     """The dtype with the lowest expected seconds per token for a method of ``kind``:
 
     - "plain" (autoregressive): L_fp(1);
@@ -425,27 +525,38 @@ def choose_dtype(profiles: dict[str, Profile], kind: str, gamma: int | str = 4,
       (γ·c·L_fp(1) + L_fp(γ+1)) / τ(α, γ) at the given γ, or at each dtype's best γ ≤ gamma_max for "auto";
     - "self-drafting" (Medusa, PPD): ``tree_cost(profile)``, the measured latency of the tree forward at the
       hardware-aware size over its expected tokens per call (``plan.tree_cost``); without one, a c = 0 chain.
+
+    With the run's ``prompt_tokens`` (P) and ``new_tokens`` (G), every step is costed at the run's mean context
+    P + G/2 (``Profile.at_context``) and the prefill's L_pre(P) / G is added per token: on a CPU without bf16 units
+    a long prompt's bf16 prefill alone can outweigh a cheaper bf16 decode step.
     """
     if not profiles:
         raise ValueError("choose_dtype needs at least one profile")
     if kind not in ("plain", "draft model", "model-free", "self-drafting"):
         raise ValueError(f"kind must be plain, draft model, model-free or self-drafting, got {kind!r}")
+    if (prompt_tokens is None) != (new_tokens is None) or (new_tokens is not None and new_tokens < 1):
+        raise ValueError(f"give both prompt_tokens and new_tokens >= 1, or neither (got {prompt_tokens}, {new_tokens})")
     cost, detail = {}, {}
-    for name, prof in profiles.items():
+    for name, base in profiles.items():
+        prof = base if prompt_tokens is None else base.at_context(prompt_tokens + new_tokens // 2)
         if kind == "plain":
             cost[name], detail[name] = prof.decode_s, f"L_fp(1) {1e3 * prof.decode_s:.1f} ms"
-            continue
-        if kind == "self-drafting" and tree_cost is not None:
+        elif kind == "self-drafting" and tree_cost is not None:
             cost[name], detail[name] = tree_cost(prof)
-            continue
-        c = prof.c if kind == "draft model" else 0.0
-        if c is None:
-            raise ValueError(f"the {name} profile has no draft timing: calibrate with --draft")
-        gammas = range(1, min(gamma_max, prof.n_max - 1) + 1) if gamma == "auto" else [int(gamma)]
-        best = min(gammas, key=lambda g: prof.time_per_token(g, alpha, c))
-        cost[name] = prof.time_per_token(best, alpha, c)
-        detail[name] = (f"{1e3 * cost[name]:.1f} ms/token at γ={best} (β({best + 1})={prof.beta(best + 1):.2f}, "
-                        f"c={c:.3f}, α prior {alpha:.2f})")
+        else:
+            c = prof.c if kind == "draft model" else 0.0
+            if c is None:
+                raise ValueError(f"the {name} profile has no draft timing: calibrate with --draft")
+            gammas = range(1, min(gamma_max, prof.n_max - 1) + 1) if gamma == "auto" else [int(gamma)]
+            best = min(gammas, key=lambda g: prof.time_per_token(g, alpha, c))
+            cost[name] = prof.time_per_token(best, alpha, c)
+            detail[name] = (f"{1e3 * cost[name]:.1f} ms/token at γ={best} (β({best + 1})={prof.beta(best + 1):.2f}, "
+                            f"c={c:.3f}, α prior {alpha:.2f})")
+        prefill = base.prefill_s(prompt_tokens) if prompt_tokens is not None else None
+        if prefill is not None:
+            cost[name] += prefill / new_tokens
+            detail[name] += (f" at context {prof.context_tokens}, + prefill of {prompt_tokens} tokens "
+                             f"{1e3 * prefill:.0f} ms over {new_tokens} tokens")
     chosen = min(cost, key=cost.get)
     others = "; ".join(f"{n}: {detail[n]}" for n in cost if n != chosen)
     reason = f"{chosen} is fastest for a {kind} method here: {detail[chosen]}" + (f" (vs {others})" if others else "")

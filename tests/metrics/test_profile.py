@@ -13,7 +13,7 @@ from specrepro import DecodeConfig, generate_ids
 from specrepro.adaptive import AdaptiveGamma, FixedGamma
 from specrepro.drafters import LMDrafter, PromptLookupDrafter
 from specrepro.metrics import profile as prof
-from specrepro.metrics.profile import choose_dtype, load_profile, measure, save_profile
+from specrepro.metrics.profile import Latency, choose_dtype, load_profile, measure, save_profile
 from specrepro.models import tiny_model
 from tests.helpers import fake_profile, loaded, profile_key
 
@@ -23,7 +23,8 @@ pytestmark = pytest.mark.usefixtures("one_thread")
 @pytest.fixture(scope="module")
 def measured():
     target, draft = tiny_model(vocab_size=32, n_layers=2, hidden=16), tiny_model(vocab_size=32, n_layers=1, hidden=16)
-    return measure(target, draft, list(range(20)), profile_key(), ns=(1, 2, 3, 5, 8), repeats=2, warmup=1)
+    return measure(target, draft, list(range(20)), profile_key(contexts=(40, 600), prefill_sizes=(8, 16, 900)),
+                   ns=(1, 2, 3, 5, 8), repeats=2, warmup=1)
 
 
 def test_profile_round_trips_and_reads_its_numbers(tmp_path, measured):
@@ -39,12 +40,63 @@ def test_profile_round_trips_and_reads_its_numbers(tmp_path, measured):
         assert 0 < lat.p25_s <= lat.median_s <= lat.p75_s
 
 
+def test_longer_contexts_and_prefill_are_measured_and_read(tmp_path, measured):
+    """The profile times the step after each longer context that fits the model (40; 600 + 8 does not fit in 512
+    positions) on the coarse grid, and the prefill of each prompt length that fits (8, 16; not 900)."""
+    assert [c for c, _ in measured.contexts] == [40] and [n for n, _ in measured.contexts[0][1]] == [1, 2, 3, 5, 8]
+    assert [p for p, _ in measured.prefill] == [8, 16]
+    assert load_profile(save_profile(measured, tmp_path / "p.json"), measured.key) == measured
+    old = {k: v for k, v in measured.to_dict().items() if k not in ("contexts", "prefill")}
+    old["format"], old["key"] = "specrepro-device-profile/1", dataclasses.asdict(profile_key())
+    del old["key"]["contexts"], old["key"]["prefill_sizes"]
+    (tmp_path / "old.json").write_text(json.dumps(old))  # a committed bench's profile from before them
+    back = load_profile(tmp_path / "old.json")
+    assert back.forward == measured.forward and back.contexts == back.prefill == () and back.key.contexts == ()
+    assert back.at_context(900) is back and back.prefill_s(100) is None
+
+
+def test_at_context_interpolates_between_measured_contexts():
+    base = fake_profile("fp32", 10.0, {2: 1.5, 4: 2.0, 8: 3.0})  # after 64 tokens
+    longer = ((256, ((1, Latency(0.020, 0.02, 0.02)), (8, Latency(0.060, 0.06, 0.06)))),)
+    p = dataclasses.replace(base, contexts=longer, prefill=((32, Latency(0.1, 0.1, 0.1)),
+                                                            (128, Latency(0.5, 0.5, 0.5))))
+    assert p.at_context(10) is p and p.at_context(64) is p  # at or below the base context: as measured
+    mid = p.at_context(160)  # halfway from 64 to 256
+    assert mid.l_fp(1) == pytest.approx((0.010 + 0.020) / 2) and mid.l_fp(8) == pytest.approx((0.030 + 0.060) / 2)
+    assert mid.l_fp(4) == pytest.approx((0.020 + (0.020 + 3 / 7 * 0.040)) / 2)  # each curve linear in n
+    assert p.at_context(5000).l_fp(1) == pytest.approx(0.020) and p.at_context(5000).context_tokens == 256
+    assert p.prefill_s(16) == pytest.approx(0.05) and p.prefill_s(80) == pytest.approx(0.3)
+    assert p.prefill_s(224) == pytest.approx(0.9)  # beyond the longest: the last slope
+    assert base.prefill_s(100) is None
+    with pytest.raises(ValueError, match="longer contexts must increase"):
+        dataclasses.replace(base, contexts=((32, longer[0][1]),))
+
+
+def test_auto_dtype_weighs_the_prefill_of_long_prompts():
+    """The AVX2 EPYC's case: bf16's decode step is cheaper, its prefill several times fp32's. A short prompt runs
+    faster in bf16, a long one in fp32; without the prompt the choice sees only the step."""
+    def with_prefill(profile, ms_per_prompt_token):
+        return dataclasses.replace(profile, prefill=tuple(
+            (n, Latency(*(3 * (ms_per_prompt_token * n / 1e3,)))) for n in (32, 128, 512)))
+    bf16 = with_prefill(fake_profile("bf16", 60.0, {2: 1.4}), 25.0)
+    fp32 = with_prefill(fake_profile("fp32", 70.0, {2: 1.6}), 5.0)
+    profiles = {"bf16": bf16, "fp32": fp32}
+    assert choose_dtype(profiles, "plain").dtype == "bf16"
+    assert choose_dtype(profiles, "plain", prompt_tokens=10, new_tokens=64).dtype == "bf16"
+    long = choose_dtype(profiles, "plain", prompt_tokens=300, new_tokens=64)
+    assert long.dtype == "fp32" and "prefill of 300 tokens" in long.reason
+    assert long.seconds_per_token["bf16"] == pytest.approx(0.060 + 0.025 * 300 / 64)
+    with pytest.raises(ValueError, match="both prompt_tokens and new_tokens"):
+        choose_dtype(profiles, "plain", prompt_tokens=300)
+
+
 def test_cache_key_separates_threads_dtype_and_device():
     names = {profile_key().filename(), profile_key(threads=2).filename(), profile_key(dtype="bf16").filename(),
              profile_key(device="cpu:test:avx512f+avx512_bf16").filename(), profile_key(draft=None).filename(),
              profile_key(weights="retrained").filename(), profile_key(context_tokens=1024).filename(),
-             profile_key(repeats=20).filename()}
-    assert len(names) == 8
+             profile_key(repeats=20).filename(), profile_key(contexts=(512,)).filename(),
+             profile_key(prefill_sizes=(64,)).filename()}
+    assert len(names) == 10
 
 
 def test_weights_digest_follows_the_files(tmp_path):
