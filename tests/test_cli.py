@@ -66,7 +66,7 @@ def test_bench_exits_non_zero_naming_the_failed_methods(capsys, monkeypatch, tmp
     failed = {"spectr": {"error": "ValueError", "message": "K-SEQ needs i.i.d. candidates", "where": "warm-up"},
               "ppd": {"error": "RuntimeError", "message": "boom", "where": "prompt a, repeat 0"}}
     monkeypatch.setattr("specrepro.bench.run_bench",
-                        lambda config, out, progress: BenchResult(Path(out), [], [row], {}, failed))
+                        lambda config, out, progress, executor=None: BenchResult(Path(out), [], [row], {}, failed))
     code = main(["bench", "--methods", "ar,spectr,ppd", "--suite", "mixed", "--out", str(tmp_path), "--no-progress"])
     out, err = capsys.readouterr()
     assert code == 1 and "ar" in out and f"in {tmp_path}" in out

@@ -6,6 +6,7 @@ Each notebook had its own copy of these (``bench_dir``/``cache_dir``, ``bench``,
 """
 from __future__ import annotations
 
+import functools
 import json
 import statistics
 import time
@@ -17,6 +18,7 @@ from typing import Any
 from ..bench import BenchConfig, BenchPrompt, BenchResult, encode_prompts, run_bench
 from ..record import median_speedup
 from ..cache import run_dir
+from ..executor import ExecutorConfig, run_cells
 from ..models import LoadedModel
 from ..provenance import atomic_write_text
 
@@ -47,6 +49,29 @@ class StudyCache:
         if echo:
             print(f"bench {name}: {len(result.records)} records in {time.perf_counter() - t0:.0f} s ({folder})")
         return result
+
+    def benches(self, jobs: Sequence[tuple[str, BenchConfig, Sequence[BenchPrompt], tuple]], *,
+                target: LoadedModel | None = None, draft: LoadedModel | None = None,
+                executor: ExecutorConfig | str | None = None, echo: bool = True) -> list[BenchResult]:
+        """A grid of benches: ``self.bench(name, config, prompts, *key)`` for each job (name, config, prompts,
+        key), in job order, one after the other here or as Ray tasks (``executor``, ``specrepro.executor``).
+        Each bench keeps its own folder, so the folders, their records and their keys are the same either way;
+        on a cluster of several machines the cache root must be a filesystem every node sees."""
+        t0 = time.perf_counter()
+        results = run_cells(functools.partial(_bench_job, self, target, draft), list(jobs), executor)
+        if echo:
+            for (name, *_), result in zip(jobs, results):
+                print(f"bench {name}: {len(result.records)} records ({result.out})")
+            print(f"{len(results)} benches in {time.perf_counter() - t0:.0f} s "
+                  f"({ExecutorConfig.parse(executor).describe()})")
+        return results
+
+
+def _bench_job(cache: StudyCache, target: LoadedModel | None, draft: LoadedModel | None,
+               job: tuple[str, BenchConfig, Sequence[BenchPrompt], tuple]) -> BenchResult:
+    """One bench of ``StudyCache.benches`` (module-level, so that a Ray task can run it)."""
+    name, config, prompts, key = job
+    return cache.bench(name, config, prompts, *key, target=target, draft=draft, echo=False)
 
 
 def cached_json(path: Path, compute: Callable[[], Any]) -> Any:

@@ -12,9 +12,11 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 
-from ..bench import BenchResult
+from ..bench import BenchConfig, BenchPrompt, BenchResult
+from ..executor import ExecutorConfig
 from ..metrics.verdict import Verdict, all_of, decide
-from .common import records_of, rows_of
+from ..models import LoadedModel
+from .common import StudyCache, records_of, rows_of
 
 # The paper's Table 5 (Llama-2, ChatGPT-Prompts column): γ, MJSD's beams and threshold τ, BiLD's fallback τ1 and
 # rollback τ2 (γ = 10), SpecTr's number of drafts m.
@@ -126,6 +128,18 @@ def validation_rows(result: BenchResult, kind: str, bild_grid: Sequence[tuple[fl
     best_bild = min((v for v in rows if v["method"] == "BiLD"), key=lambda v: v["perplexity"])
     best_spectr = min((v for v in rows if v["method"] == "SpecTr"), key=lambda v: v["perplexity"])
     return rows, {"tau1": best_bild["tau1"], "tau2": best_bild["tau2"], "m": best_spectr["m"]}
+
+
+def validation_grid(cache: StudyCache, configs: dict[str, BenchConfig], prompts: dict[str, Sequence[BenchPrompt]],
+                    *key, target: LoadedModel | None = None, draft: LoadedModel | None = None,
+                    executor: ExecutorConfig | str | None = None) -> dict[str, BenchResult]:
+    """The validation grid (every BiLD and SpecTr point of ``configs[kind]``) on each kind's validation prompts:
+    one bench per kind in ``cache``'s folder ``validation/<kind>`` (keyed by its config, ``key`` and the prompt
+    ids), the kinds run one after the other here or as Ray tasks (``executor``); {kind: its bench}, for
+    ``validation_rows``."""
+    kinds = list(configs)
+    jobs = [(f"validation/{kind}", configs[kind], prompts[kind], key) for kind in kinds]
+    return dict(zip(kinds, cache.benches(jobs, target=target, draft=draft, executor=executor)))
 
 
 def table5_rows(kinds: dict[str, tuple], chosen: dict[str, dict]) -> list[dict]:

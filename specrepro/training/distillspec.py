@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import functools
 import hashlib
 import json
 import math
@@ -44,6 +45,7 @@ from ..config import DecodeConfig, SamplingConfig
 from ..cost import tau
 from ..decoding import eos_ids
 from ..drafters import LMDrafter
+from ..executor import ExecutorConfig, executor_arg, run_cells
 from ..prompts import encode_prompt, load_suite
 from ..provenance import atomic_write_text
 from ..record import alpha_of
@@ -290,10 +292,25 @@ def _write(path: Path, obj: dict) -> None:
     atomic_write_text(path, json.dumps(obj, indent=2, default=str))
 
 
+def distill_cell(target: torch.nn.Module, draft: torch.nn.Module, data: StudyData, cfg: StudyConfig,
+                 fixed: list[Example], pool: list[list[Example]], held: list[Example], cell: tuple[str, str]) -> dict:
+    """One cell of the grid, ``cell`` = (source, divergence): a copy of ``draft`` distilled (``train_cell``) and
+    measured (``evaluate``), as the record its file keeps. Module-level, so that a Ray task can run it."""
+    source, divergence = cell
+    student, log = train_cell(target, draft, data, source, divergence, cfg, fixed, pool)
+    return {"cell": f"{source}-{divergence}", "source": source, "divergence": divergence, **log,
+            **evaluate(target, student, data, cfg, held)}
+
+
 def run_study(target: torch.nn.Module, draft: torch.nn.Module, data: StudyData, cfg: StudyConfig,
-              out: str | Path, cache: str | Path | None = None, progress: bool = True) -> dict:
+              out: str | Path, cache: str | Path | None = None, progress: bool = True,
+              executor: ExecutorConfig | str | None = None) -> dict:
     """Every cell of ``cfg`` (resumable: a cell whose file exists under ``out`` with this config is kept), then the
     table: per cell τ, α, Σ min(p, q) and the relative gain in τ over the baseline ``draft`` (never modified).
+
+    ``executor`` (``specrepro.executor``; default local) runs the cells still to do: one after the other here, or
+    as Ray tasks. The target's samples and the baseline are made here first; each cell's file is written here as
+    the cells before it are done, so the files, and the resume keys, are the same whichever executor ran them.
 
     ``out`` gets small JSON files (the config, one per cell, ``study.json``); ``cache`` (default ``out``) the
     target's samples and rows as tensors, which are large."""
@@ -335,14 +352,15 @@ def run_study(target: torch.nn.Module, draft: torch.nn.Module, data: StudyData, 
     if not base_file.exists():
         _write(base_file, {"cell": "baseline", **evaluate(target, draft, data, cfg, held)})
     base = json.loads(base_file.read_text())
+    cell_file = lambda source, divergence: out / "cells" / f"{source}-{divergence}.json"
+    todo = [c for c in cfg.cells() if not cell_file(*c).exists()]  # the resume key: the cell's file
+    # Each cell trained and measured by the executor (here, or as a Ray task); its file written here, in order.
+    run_cells(functools.partial(distill_cell, target, draft, data, cfg, fixed, pool, held), todo, executor,
+              progress="DistillSpec cells" if progress else False,
+              on_result=lambda i, record: _write(cell_file(*todo[i]), record))
     rows = []
-    for source, divergence in tqdm(cfg.cells(), desc="DistillSpec cells", disable=not progress):
-        path = out / "cells" / f"{source}-{divergence}.json"
-        if not path.exists():
-            student, log = train_cell(target, draft, data, source, divergence, cfg, fixed, pool)
-            _write(path, {"cell": f"{source}-{divergence}", "source": source, "divergence": divergence, **log,
-                          **evaluate(target, student, data, cfg, held)})
-        cell = json.loads(path.read_text())
+    for source, divergence in cfg.cells():
+        cell = json.loads(cell_file(source, divergence).read_text())
         cell.update(relative_gain(cell["prompts"], base["prompts"], cfg.bootstrap, cfg.seed))
         cell["overlap_gain"] = cell["overlap"] - base["overlap"]
         rows.append(cell)
@@ -371,7 +389,11 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--cache", default=None, help="folder of the target's samples as tensors (default: --out)")
     parser.add_argument("--target", default="smollm2-135m-instruct")
     parser.add_argument("--draft", default="smollm2-135m-draft")
-    parser.add_argument("--threads", type=threads_arg, default=None)
+    parser.add_argument("--threads", type=threads_arg, default=None,
+                        help="torch threads (here, and of each Ray task: the CPUs it reserves; default 1 there)")
+    parser.add_argument("--executor", type=executor_arg, default="local",
+                        help="where the cells run: local (default), ray (a local Ray cluster), ray://HOST:PORT or "
+                             "HOST:PORT (a running one); see specrepro.executor")
     for f in dataclasses.fields(StudyConfig):
         if isinstance(f.default, tuple):
             parser.add_argument(f"--{f.name.replace('_', '-')}", default=",".join(f.default),
@@ -381,6 +403,9 @@ def main(argv: list[str] | None = None) -> None:
     args = vars(parser.parse_args(argv))
     out, cache, names, threads = args.pop("out"), args.pop("cache"), (args.pop("target"), args.pop("draft")), \
         args.pop("threads")
+    executor = args.pop("executor")
+    if executor.kind == "ray":
+        executor = dataclasses.replace(executor, num_cpus=threads or 1)
     if threads is not None:
         torch.set_num_threads(threads)
     try:
@@ -390,7 +415,7 @@ def main(argv: list[str] | None = None) -> None:
         parser.error(str(e))  # one line and exit status 2
     target = load_model(names[0], dtype="fp32")
     draft = load_draft(names[1], target, dtype="fp32")
-    result = run_study(target.model, draft.model, suite_data(target, cfg), cfg, out, cache)
+    result = run_study(target.model, draft.model, suite_data(target, cfg), cfg, out, cache, executor=executor)
     print(json.dumps({"baseline_tau": result["baseline"]["tau"],
                       "cells": {c["cell"]: {"gain": round(c["gain"], 4), "overlap_gain": round(c["overlap_gain"], 4)}
                                 for c in result["cells"]}}, indent=2))

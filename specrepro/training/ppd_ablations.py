@@ -10,12 +10,14 @@ target's argmax on the same held-out conversations (``specrepro.training.ppd``).
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import sys
 from pathlib import Path
 
 from ..cli import Parser, existing_folder, threads
-from ..models import load_model
+from ..executor import ExecutorConfig, executor_arg, run_cells
+from ..models import LoadedModel, load_model
 from ..provenance import atomic_write_text
 from .ppd import PPDTrainConfig, train_ppd
 
@@ -57,19 +59,37 @@ def same_run(a: dict, b: dict) -> bool:
     return {k: v for k, v in a.items() if k != "threads"} == {k: v for k, v in b.items() if k != "threads"}
 
 
+def train_row(out: Path, data: str | Path, target: LoadedModel | None, command: list[str],
+              row: tuple[str, PPDTrainConfig]) -> str:
+    """One row, ``row`` = (name, its config), trained into ``out/name`` (its record written last, atomically:
+    the row's resume key). Module-level, so that a Ray task can run it; a task given no ``target`` loads it."""
+    name, cfg = row
+    print(f"ppd ablation {name}: {ABLATIONS[name][0]}", file=sys.stderr, flush=True)
+    train_ppd(cfg, out / name, target=target, data=data, progress=False, command=command)
+    return name
+
+
 def run_ablations(out: str | Path, data: str | Path, names=tuple(ABLATIONS), steps: int = 200, anchors: int = 32,
-                  val_conversations: int = 10, seed: int = 0, threads: int = 2) -> dict:
+                  val_conversations: int = 10, seed: int = 0, threads: int = 2,
+                  executor: ExecutorConfig | str | None = None) -> dict:
     """Train (or reuse) each named row; ``out/ablations.json`` gathers every finished row under ``out`` (so
-    several processes may split the rows between them)."""
-    out = Path(out)
-    target = load_model(PPDTrainConfig().target, dtype="fp32", device="cpu")
+    several processes may split the rows between them). ``executor`` (``specrepro.executor``; default local)
+    trains the rows left one after the other here, or as Ray tasks of ``threads`` CPUs each, each loading the
+    target itself; on a cluster of several machines ``out`` and ``data`` must be on a filesystem they share, and
+    ``data`` already made (rows made at once would write its shards together)."""
+    out, executor = Path(out), ExecutorConfig.parse(executor)
+    todo = []
     for name in names:
         cfg = row_config(name, steps, anchors, val_conversations, seed, threads)
         done = out / name / "training_record.json"
         if not (done.is_file() and same_run(json.loads(done.read_text())["config"], cfg.to_dict())):
-            print(f"ppd ablation {name}: {ABLATIONS[name][0]}", file=sys.stderr, flush=True)
-            train_ppd(cfg, out / name, target=target, data=data, progress=False,
-                      command=[sys.executable, "-m", "specrepro.training.ppd_ablations", *sys.argv[1:]])
+            todo.append((name, cfg))
+    if todo:
+        local = executor.kind == "local"
+        target = load_model(PPDTrainConfig().target, dtype="fp32", device="cpu") if local else None
+        command = [sys.executable, "-m", "specrepro.training.ppd_ablations", *sys.argv[1:]]
+        run_cells(functools.partial(train_row, out, data, target, command), todo,
+                  executor if local else dataclasses.replace(executor, num_cpus=threads))
     return gather(out)
 
 
@@ -95,14 +115,17 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--anchors", type=int, default=32)
     parser.add_argument("--val-conversations", type=int, default=10)
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--threads", type=threads, default=2)
+    parser.add_argument("--threads", type=threads, default=2, help="torch threads (of each Ray task: its CPUs)")
+    parser.add_argument("--executor", type=executor_arg, default="local",
+                        help="where the rows train: local (default), ray (a local Ray cluster), ray://HOST:PORT or "
+                             "HOST:PORT (a running one); see specrepro.executor")
     args = parser.parse_args(argv)
     names = [n for n in args.rows.split(",") if n]
     unknown = [n for n in names if n not in ABLATIONS]
     if unknown:
         parser.error(f"unknown rows {unknown}; choose from {', '.join(ABLATIONS)}")
     rows = run_ablations(args.out, args.data, names, args.steps, args.anchors, args.val_conversations, args.seed,
-                         args.threads)
+                         args.threads, args.executor)
     for name, r in rows.items():
         print(name, r["held_out_topk_accuracy"])
 
