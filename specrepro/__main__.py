@@ -89,9 +89,10 @@ def gamma_arg(value: str) -> int | str:
         raise argparse.ArgumentTypeError(f"gamma must be an integer >= 1 or auto, got {value!r}") from None
 
 
-def plan_generate(spec: Method, args: argparse.Namespace, config: DecodeConfig):
-    """The run's plan (``plan.plan_run``): dtype, γ policy and tree size with their reasons. Profiles come from the
-    cache (``python -m specrepro calibrate``), or are measured now and cached."""
+def plan_generate(spec: Method, args: argparse.Namespace, config: DecodeConfig, prompt_tokens: int | None = None):
+    """The run's plan (``plan.plan_run``): dtype, γ policy and tree size with their reasons, weighed at the prompts'
+    mean length ``prompt_tokens`` when known. Profiles come from the cache (``python -m specrepro calibrate``), or
+    are measured now and cached."""
     import torch
 
     from .metrics.profile import candidate_dtypes, cpu_info, get_profile
@@ -107,14 +108,16 @@ def plan_generate(spec: Method, args: argparse.Namespace, config: DecodeConfig):
     request = RunRequest(dtype=args.dtype, gamma=config.gamma, tree_size=args.tree_size, target=args.target,
                          alpha_prior=draft_alpha_prior(draft, config.sampling.temperature) if draft else None,
                          tree_weights=args.draft if spec.token_tree else None, candidates=candidate_dtypes(device),
-                         dtype_reason="named with --dtype", tree_size_reason="named with --tree-size")
+                         dtype_reason="named with --dtype", tree_size_reason="named with --tree-size",
+                         prompt_tokens=prompt_tokens, new_tokens=config.max_new_tokens if prompt_tokens else None)
     plan = plan_run(spec, profiles, request)
     return plan, {**plan.provenance(), "cpu_kernel_flags": cpu_info()["kernel_flags"]}
 
 
-def check_generate(spec: Method, args: argparse.Namespace) -> tuple[DecodeConfig, list[tuple[str, list]]]:
+def check_generate(spec: Method, args: argparse.Namespace) -> tuple[DecodeConfig, list[tuple[str, list]], int | None]:
     """The whole ``generate`` run checked before a model loads: the method and every setting it is given, the models'
-    names, and every prompt against the target's context (its tokenizer only). Returns the config and the prompts."""
+    names, and every prompt against the target's context (its tokenizer only). Returns the config, the prompts and
+    their mean length in tokens (None without a local tokenizer)."""
     from .decoding import check_prompt
     from .generate import encode_prompt
     from .methods import Needs
@@ -139,13 +142,15 @@ def check_generate(spec: Method, args: argparse.Namespace) -> tuple[DecodeConfig
     else:
         prompts = [(p.id, list(p.messages), p.where) for p in load_prompts_file(args.prompts)]
     check_model_name(args.target, "--target")
-    found = load_tokenizer(args.target)
+    found, lengths = load_tokenizer(args.target), []
     if found is not None:
         tokenizer, context = found
         for _, messages, where in prompts:
             ids = encode_prompt(LoadedModel(args.target, None, tokenizer), messages, not args.no_chat_template)
             check_prompt(ids, config, context, where)
-    return config, [(prompt_id, messages) for prompt_id, messages, _ in prompts]
+            lengths.append(len(ids))
+    mean_length = round(sum(lengths) / len(lengths)) if lengths else None
+    return config, [(prompt_id, messages) for prompt_id, messages, _ in prompts], mean_length
 
 
 def cmd_generate(args: argparse.Namespace) -> int:
@@ -154,8 +159,8 @@ def cmd_generate(args: argparse.Namespace) -> int:
     from .methods import Needs
 
     spec = method(args.method)
-    config, prompts = check_generate(spec, args)
-    plan, provenance = plan_generate(spec, args, config)
+    config, prompts, prompt_tokens = check_generate(spec, args)
+    plan, provenance = plan_generate(spec, args, config, prompt_tokens)
     target = load_model(args.target, dtype=plan.dtype, device=args.device)  # once per invocation
     draft_model = load_draft(args.draft, target) if spec.needs is Needs.DRAFT_MODEL else None
     source = spec.needs.source(draft_model, args.ngram_table, weights=args.draft)
@@ -224,7 +229,15 @@ def build_parser() -> argparse.ArgumentParser:
                        help="skip the quality scores (perplexity under the target, ROUGE-L) of every record")
     bench.add_argument("--gamma-max", type=positive_int, default=None,
                        help=f"largest γ that --gamma auto considers (default {DEFAULT_GAMMA_MAX})")
+    from .executor import executor_arg
+    bench.add_argument("--executor", type=executor_arg, default="local",
+                       help="where the prompts run: local (default: here, interleaved), ray (one Ray task per prompt "
+                            "on a local cluster), ray://HOST:PORT or HOST:PORT (a running cluster); each task takes "
+                            "--threads CPUs (1 if unset); see specrepro.executor")
     bench.set_defaults(func=cmd_bench, interrupted=bench_interrupted)
+
+    from .export_config import add_parser as add_export_parser
+    add_export_parser(sub)  # export-config: vLLM's / SGLang's speculative settings for a method (export_config.py)
 
     listing = sub.add_parser("methods", help="list every method: its loop, cost, needs, parameters and summary")
     listing.set_defaults(func=cmd_methods, interrupted=lambda args, argv: "nothing to keep")
@@ -287,6 +300,11 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
         c = f"c={p.c:.3f}" if p.c is not None else "c=- (no draft)"
         print(f"{dtype}: L_fp(1)={1e3 * p.decode_s:.1f} ms (IQR {1e3 * p.forward[0][1].p25_s:.1f}-"
               f"{1e3 * p.forward[0][1].p75_s:.1f}), {c}, {betas}")
+        if p.contexts or p.prefill:
+            longer = ", ".join(f"L_fp(1)={1e3 * p.at_context(c).decode_s:.1f} ms β(5)={p.at_context(c).beta(5):.2f} "
+                               f"after {c}" for c, _ in p.contexts if p.n_max >= 5)
+            prefill = ", ".join(f"{n} tokens {1e3 * lat.median_s:.0f} ms" for n, lat in p.prefill)
+            print(f"{dtype}: longer contexts: {longer or '-'}; prefill: {prefill or '-'}")
         if p.floor_s is not None:
             m = p.machine
             print(f"{dtype}: bandwidth floor {1e3 * p.floor_s:.1f} ms per decode step ({m['weight_bytes'] / 1e6:.0f} MB "
@@ -342,7 +360,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
     from .bench import format_summary, run_bench
 
     config = check_bench(args)
-    result = run_bench(config, args.out, progress=not args.no_progress)
+    result = run_bench(config, args.out, executor=args.executor, progress=not args.no_progress)
     print(format_summary(result.summary))
     print(f"records, summary.csv and provenance.json in {result.out}")
     if result.failed:  # the other methods' results are written; the run as a whole did not succeed
