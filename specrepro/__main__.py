@@ -120,7 +120,7 @@ def check_generate(spec: Method, args: argparse.Namespace) -> tuple[DecodeConfig
     their mean length in tokens (None without a local tokenizer)."""
     from .decoding import check_prompt
     from .generate import encode_prompt
-    from .methods import Needs
+    from .methods import Loop, Needs
     from .models import LoadedModel, check_model_name, load_tokenizer
     from .prompts import load_prompts_file
 
@@ -131,6 +131,10 @@ def check_generate(spec: Method, args: argparse.Namespace) -> tuple[DecodeConfig
                          gamma=DEFAULT_GAMMA if args.gamma is None else args.gamma, tree_size=args.tree_size,
                          acceptance=args.acceptance or DEFAULT_ACCEPTANCE, seed=args.seed,
                          params=params_from(args, spec))
+    if args.batch_size > 1 and (spec.loop not in (Loop.AR, Loop.SPECULATIVE) or config.gamma == "auto"):
+        raise ValueError(f"--batch-size {args.batch_size}: " + (
+            "gamma auto runs at batch size 1 (its cost model is β at batch 1); give an integer --gamma"
+            if config.gamma == "auto" else f"method {spec.name!r} cannot batch; run it at batch size 1"))
     if spec.needs is Needs.NGRAM_TABLE and args.ngram_table is None:
         raise ValueError(f"--method {spec.name} needs --ngram-table FILE (an .npz written by NGramTable.save)")
     if spec.needs is Needs.DRAFT_MODEL:
@@ -166,19 +170,43 @@ def cmd_generate(args: argparse.Namespace) -> int:
     source = spec.needs.source(draft_model, args.ngram_table, weights=args.draft)
     config = plan.config(config)
     draft = spec.build_drafter(source, target, config) if spec.drafter is not None else None
+    if args.batch_size > 1:
+        return generate_batches(args, target, spec.needs.source(draft_model, args.ngram_table, weights=args.draft),
+                                prompts, config, provenance)
     for n, (prompt_id, messages) in enumerate(prompts, start=1):
         rec = generate(target, messages, config, draft=draft, chat_template=not args.no_chat_template,
                        gamma_policy=plan.gamma_policy, provenance=provenance)
-        if args.json:
-            d = rec.to_dict()
-            d.update(prompt_id=prompt_id, target=args.target, draft=args.draft)
-            print(json.dumps(d), flush=True)
-        else:
-            alpha = f"{rec.alpha:.3f}" if rec.alpha is not None else "-"
-            print(f"[{prompt_id}] {rec.text}\n-- {rec.new_tokens} tokens, {rec.tokens_per_s:.1f} tok/s, "
-                  f"{rec.target_calls} target calls, alpha {alpha}", flush=True)
+        print_record(args, prompt_id, rec)
         args.kept = f"printed {n} of {len(prompts)} outputs"
     return 0
+
+
+def generate_batches(args: argparse.Namespace, target, source, prompts: list, config: DecodeConfig,
+                     provenance: dict) -> int:
+    """``generate --batch-size B``: the prompts in batches of B (``generate.generate_batch``), one output per prompt,
+    in order; every prompt's tokens are its batch-1 run's."""
+    from .generate import generate_batch
+    from .prompts import encode_prompt
+
+    for start in range(0, len(prompts), args.batch_size):
+        chunk = prompts[start:start + args.batch_size]
+        ids = [encode_prompt(target, messages, not args.no_chat_template) for _, messages in chunk]
+        records = generate_batch(target, ids, config, draft=source, provenance=provenance)
+        for (prompt_id, _), rec in zip(chunk, records):
+            print_record(args, prompt_id, rec)
+        args.kept = f"printed {start + len(chunk)} of {len(prompts)} outputs"
+    return 0
+
+
+def print_record(args: argparse.Namespace, prompt_id: str, rec) -> None:
+    if args.json:
+        d = rec.to_dict()
+        d.update(prompt_id=prompt_id, target=args.target, draft=args.draft)
+        print(json.dumps(d), flush=True)
+    else:
+        alpha = f"{rec.alpha:.3f}" if rec.alpha is not None else "-"
+        print(f"[{prompt_id}] {rec.text}\n-- {rec.new_tokens} tokens, {rec.tokens_per_s:.1f} tok/s, "
+              f"{rec.target_calls} target calls, alpha {alpha}", flush=True)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -195,6 +223,9 @@ def build_parser() -> argparse.ArgumentParser:
     gen.add_argument("--ngram-table", type=existing_file, default=None,
                      help="n-gram table (.npz) for --method unigram / bigram")
     gen.add_argument("--threads", type=threads, default=None, help="torch.set_num_threads (default: torch's)")
+    gen.add_argument("--batch-size", type=positive_int, default=1,
+                     help="decode this many prompts at once (specrepro.batched: ar, speculative, prompt-lookup, "
+                          "unigram/bigram, medusa; each prompt's tokens are its batch-1 run's)")
     gen.set_defaults(func=cmd_generate, interrupted=generate_interrupted, kept="printed no output")
 
     cal = sub.add_parser("calibrate", help="measure the device profile: c, L_fp(n), β(n) per dtype (cached)")

@@ -537,16 +537,19 @@ def _measure_profiles(models: _Models, dtypes: Sequence[str], context: list[int]
     profiles = {}
     for dtype in dtypes:
         target, draft = models.at(dtype)
+        # The bench times its steps at its own prompts' context already (``_cost_context``): no longer contexts, but
+        # the prefill, which --dtype auto weighs.
         key = ProfileKey.here(model_device(target.model), config.target, config.draft if draft else None, dtype,
-                              context_tokens=len(context), repeats=config.cost_repeats)
+                              context_tokens=len(context), repeats=config.cost_repeats, contexts=())
         profiles[dtype] = measure(target.model, draft.model if draft else None, context, key,
                                   ns=profile_sizes(n_max), repeats=config.cost_repeats, warmup=1)
     return profiles
 
 
 def _request(v: Variant, config: BenchConfig, models: _Models, device: torch.device, alpha: float | None,
-             kept: dict) -> RunRequest:
-    """What ``v`` asks of ``plan_run``; a resumed run keeps the dtype and tree size its first session chose."""
+             kept: dict, prompt_tokens: int | None = None) -> RunRequest:
+    """What ``v`` asks of ``plan_run``; a resumed run keeps the dtype and tree size its first session chose. Auto
+    choices weigh the suite's mean prompt length ``prompt_tokens`` (its prefill, and the step at its context)."""
     dtype = kept.get("dtype", {}).get(v.label)
     tree = kept.get("tree_sizes", {}).get(v.label)
     named_tree = v.tree_size or config.tree_size
@@ -554,7 +557,8 @@ def _request(v: Variant, config: BenchConfig, models: _Models, device: torch.dev
                       tree_size=tree["size"] if tree else named_tree, alpha_prior=alpha, target=config.target,
                       candidates=candidate_dtypes(device), default_dtype=models.reference,
                       dtype_reason=dtype["reason"] if dtype else (None if v.dtype is None else "named in the method list"),
-                      tree_size_reason=tree["reason"] if tree else "named")
+                      tree_size_reason=tree["reason"] if tree else "named", prompt_tokens=prompt_tokens,
+                      new_tokens=config.max_new_tokens if prompt_tokens else None)
 
 
 class _Run:
@@ -630,7 +634,9 @@ class _Run:
             target, draft = self.models.at(dtype)
             return target, v.method.needs.source(draft, self.config.ngram_table)  # self-drafting: the zoo's
         given = self.given.get(v.label, self.given.get(v.method.name))
-        plan = plan_run(v.method, self.profiles, _request(v, self.config, self.models, self.device, self.alpha, kept),
+        mean_prompt = round(sum(len(p.ids) for p in self.prompts) / len(self.prompts)) if self.prompts else None
+        request = _request(v, self.config, self.models, self.device, self.alpha, kept, mean_prompt)
+        plan = plan_run(v.method, self.profiles, request,
                         models=None if given is not None else models, config=self.config.decode_config(v, 0))
         if given is not None:
             plan.drafter = given

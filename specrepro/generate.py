@@ -3,6 +3,7 @@ from __future__ import annotations
 
 from .adaptive import GammaPolicy
 from .autoregressive import autoregressive_generate
+from .batched import batched_autoregressive, batched_generate
 from .config import DecodeConfig
 from .decoding import eos_ids
 from .drafters import Drafter, NGramTable
@@ -52,6 +53,11 @@ def generate_ids(target: LoadedModel, prompt_ids, config: DecodeConfig,
                                    method=spec.name, gamma_policy=gamma_policy)
     else:
         raise ValueError(f"{spec.name!r} is transformers' own decoder: run it with hf_baselines.hf_generate")
+    return described(rec, target, spec, provenance)
+
+
+def described(rec: GenerationRecord, target: LoadedModel, spec: Method, provenance: dict | None) -> GenerationRecord:
+    """The record with what ran it (dtype, device, method, the caller's provenance) and its decoded text."""
     rec.provenance = {"dtype": str(next(target.model.parameters()).dtype).replace("torch.", ""),
                       "device": str(next(target.model.parameters()).device),
                       "method": {"name": spec.name, **spec.describe()},
@@ -59,6 +65,30 @@ def generate_ids(target: LoadedModel, prompt_ids, config: DecodeConfig,
     if target.tokenizer is not None:
         rec.text = target.tokenizer.decode(rec.token_ids, skip_special_tokens=True)
     return rec
+
+
+def generate_batch(target: LoadedModel, prompts: list[list[int]], config: DecodeConfig,
+                   draft: LoadedModel | NGramTable | str | None = None, seeds: list[int] | None = None,
+                   provenance: dict | None = None) -> list[GenerationRecord]:
+    """Run ``config.method`` on B prompts at once (``specrepro.batched``): one record per prompt, in order, each the
+    record the batch-1 run of that prompt and seed would give (its tokens; its times are the batch's). Methods that
+    cannot batch (MJGD, and every drafter ``batched`` does not run) and γ auto stop with one clear error."""
+    eos = eos_ids(target.model, target.tokenizer)
+    spec: Method = method(config.method)
+    config = spec.resolve(config)
+    if spec.loop is Loop.AR:
+        records = batched_autoregressive(target.model, prompts, config, eos, seeds, target.context_length)
+    elif spec.loop is Loop.SPECULATIVE:
+        if config.gamma == "auto":
+            raise ValueError("gamma auto runs at batch size 1 (its cost model is β at batch 1): give an integer "
+                             "--gamma with --batch-size")
+        records = batched_generate(target.model, lambda b: spec.build_drafter(draft, target, config), prompts,
+                                   config, eos, rule=spec.verification_rule(config), seeds=seeds,
+                                   context_length=target.context_length, method=spec.name)
+    else:
+        raise ValueError(f"method {spec.name!r} cannot batch: batched decoding runs ar and the speculative loop's "
+                         f"batchable drafters; run it at batch size 1")
+    return [described(rec, target, spec, provenance) for rec in records]
 
 
 def generate(target: LoadedModel, prompt: str | Messages, config: DecodeConfig,

@@ -214,3 +214,36 @@ def test_bad_batch_inputs_get_one_clear_error(tiny_pair_64):
             batched_generate(target, args["drafters"], args["prompts"], args["config"], seeds=args.get("seeds"))
     with pytest.raises(ValueError, match="prompts is empty"):
         batched_autoregressive(target, [], config)
+
+
+@pytest.mark.parametrize("name", ["ar", "prompt-lookup", "speculative"])
+def test_generate_batch_gives_each_prompt_its_batch_1_record(tiny_pair_64, name):
+    """``generate_batch`` (the command line's --batch-size) through the registry: each prompt's tokens are those of
+    ``generate_ids`` on it alone, at T = 1 too; its record says the batch it ran in."""
+    from specrepro.generate import generate_batch, generate_ids
+    from tests.helpers import loaded
+    target, draft = tiny_pair_64
+    config = DecodeConfig(method=name, max_new_tokens=10, gamma=3, sampling=SamplingConfig(temperature=1.0), seed=4)
+    source = loaded(draft) if name == "speculative" else None
+    records = generate_batch(loaded(target), PROMPTS, config, draft=source)
+    for prompt, rec in zip(PROMPTS, records):
+        assert rec.token_ids == generate_ids(loaded(target), prompt, config, draft=source).token_ids
+        assert rec.provenance["batch"]["size"] == len(PROMPTS) and rec.provenance["method"]["name"] == name
+
+
+def test_generate_batch_refuses_what_cannot_batch(tiny_pair_64):
+    from specrepro.generate import generate_batch
+    from tests.helpers import loaded
+    target, _ = tiny_pair_64
+    with pytest.raises(ValueError, match="'mjgd' cannot batch"):
+        generate_batch(loaded(target), PROMPTS, DecodeConfig(method="mjgd", max_new_tokens=4, gamma=2))
+    with pytest.raises(ValueError, match="gamma auto runs at batch size 1"):
+        generate_batch(loaded(target), PROMPTS, DecodeConfig(method="prompt-lookup", max_new_tokens=4, gamma="auto"))
+
+
+def test_generate_batch_size_flag_refuses_before_any_model_loads(capsys):
+    from specrepro.__main__ import main
+    assert main(["generate", "--prompt", "x", "--method", "mjgd", "--gamma", "2", "--batch-size", "2"]) == 2
+    assert "'mjgd' cannot batch" in capsys.readouterr().err
+    assert main(["generate", "--prompt", "x", "--method", "prompt-lookup", "--gamma", "auto", "--batch-size", "4"]) == 2
+    assert "gamma auto runs at batch size 1" in capsys.readouterr().err
