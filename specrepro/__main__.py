@@ -104,7 +104,7 @@ def plan_generate(spec: Method, args: argparse.Namespace, config: DecodeConfig, 
     device = torch.device(args.device) if args.device else default_device()
     draft = args.draft if spec.cost.draft_cost else None
     profiles = lazy_profiles(lambda dtype: get_profile(args.target, draft, dtype, device=device,
-                                                       threads=args.threads))
+                                                       threads=args.threads, compiled=args.compile))
     request = RunRequest(dtype=args.dtype, gamma=config.gamma, tree_size=args.tree_size, target=args.target,
                          alpha_prior=draft_alpha_prior(draft, config.sampling.temperature) if draft else None,
                          tree_weights=args.draft if spec.token_tree else None, candidates=candidate_dtypes(device),
@@ -167,6 +167,12 @@ def cmd_generate(args: argparse.Namespace) -> int:
     plan, provenance = plan_generate(spec, args, config, prompt_tokens)
     target = load_model(args.target, dtype=plan.dtype, device=args.device)  # once per invocation
     draft_model = load_draft(args.draft, target) if spec.needs is Needs.DRAFT_MODEL else None
+    if args.compile:
+        from .compiled import compile_forward
+        for loaded in (target, draft_model):
+            if loaded is not None:
+                compile_forward(loaded.model)
+        provenance = {**provenance, "compiled": True}
     source = spec.needs.source(draft_model, args.ngram_table, weights=args.draft)
     config = plan.config(config)
     draft = spec.build_drafter(source, target, config) if spec.drafter is not None else None
@@ -223,6 +229,9 @@ def build_parser() -> argparse.ArgumentParser:
     gen.add_argument("--ngram-table", type=existing_file, default=None,
                      help="n-gram table (.npz) for --method unigram / bigram")
     gen.add_argument("--threads", type=threads, default=None, help="torch.set_num_threads (default: torch's)")
+    gen.add_argument("--compile", action="store_true",
+                     help="run the target's (and a draft model's) forward through torch.compile (specrepro.compiled): "
+                          "minutes of compiling the first time, a faster step after")
     gen.add_argument("--batch-size", type=positive_int, default=1,
                      help="decode this many prompts at once (specrepro.batched: ar, speculative, prompt-lookup, "
                           "unigram/bigram, medusa; each prompt's tokens are its batch-1 run's)")
@@ -238,6 +247,8 @@ def build_parser() -> argparse.ArgumentParser:
     cal.add_argument("--recalibrate", action="store_true", help="measure again even if a cached profile exists")
     cal.add_argument("--repeats", type=positive_int, default=5, help="timed rounds per median")
     cal.add_argument("--context-tokens", type=positive_int, default=256, help="length of the cached prefix")
+    cal.add_argument("--compile", action="store_true",
+                     help="time the forwards through torch.compile (specrepro.compiled; the warm-up pays the compile)")
     cal.set_defaults(func=cmd_calibrate, interrupted=calibrate_interrupted, kept=[])
 
     bench = sub.add_parser("bench", help="benchmark methods on a prompt suite (see specrepro.bench)")
@@ -324,7 +335,7 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
             out = Path(args.out) if Path(args.out).suffix == ".json" else Path(args.out) / f"profile-{dtype}.json"
         profiles[dtype] = get_profile(args.target, args.draft, dtype, device=device, threads=args.threads,
                                       recalibrate=args.recalibrate, context_tokens=args.context_tokens,
-                                      repeats=args.repeats, out=out)
+                                      repeats=args.repeats, out=out, compiled=args.compile)
         args.kept.append(dtype)
     for dtype, p in profiles.items():
         betas = " ".join(f"β({n})={p.beta(n):.2f}" for n in range(2, 10))

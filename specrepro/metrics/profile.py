@@ -151,6 +151,7 @@ class ProfileKey:
     repeats: int = 5  # timed rounds per median
     contexts: tuple[int, ...] = LONG_CONTEXTS  # longer cached prefixes, each timed on the coarse grid LONG_NS
     prefill_sizes: tuple[int, ...] = PREFILL_SIZES  # prompt lengths whose prefill is timed
+    compiled: bool = False  # the forwards ran through torch.compile (specrepro.compiled)
 
     def __post_init__(self) -> None:  # (JSON gives lists back)
         object.__setattr__(self, "contexts", tuple(int(c) for c in self.contexts))
@@ -159,13 +160,14 @@ class ProfileKey:
     @classmethod
     def here(cls, device: torch.device, target: str, draft: str | None, dtype: str,
              threads: int | None = None, context_tokens: int = 256, repeats: int = 5,
-             contexts: Sequence[int] = LONG_CONTEXTS, prefill_sizes: Sequence[int] = PREFILL_SIZES) -> "ProfileKey":
+             contexts: Sequence[int] = LONG_CONTEXTS, prefill_sizes: Sequence[int] = PREFILL_SIZES,
+             compiled: bool = False) -> "ProfileKey":
         import transformers
         return cls(device=device_key(device), target=target, draft=draft, dtype=dtype_name(dtype),
                    threads=threads or torch.get_num_threads(), torch=torch.__version__,
                    transformers=transformers.__version__, weights=weights_digest(target, draft),
                    context_tokens=context_tokens, repeats=repeats, contexts=tuple(contexts),
-                   prefill_sizes=tuple(prefill_sizes))
+                   prefill_sizes=tuple(prefill_sizes), compiled=compiled)
 
     def filename(self) -> str:
         """A readable, unique file name: the pair, dtype and threads, then a hash of the whole key."""
@@ -474,20 +476,25 @@ def calibration_context(tokenizer, vocab_size: int, length: int = 256) -> list[i
 
 def get_profile(target: str, draft: str | None, dtype: str, device: str | torch.device | None = None,
                 threads: int | None = None, recalibrate: bool = False, context_tokens: int = 256,
-                repeats: int = 5, out: str | Path | None = None, log=sys.stderr) -> Profile:
-    """The cached profile for this key, or a fresh calibration (models loaded at ``dtype``) saved to the cache
-    (and to ``out`` if given)."""
+                repeats: int = 5, out: str | Path | None = None, log=sys.stderr, compiled: bool = False) -> Profile:
+    """The cached profile for this key, or a fresh calibration (models loaded at ``dtype``, their forwards compiled
+    with ``compiled``: the warm-up round then pays the compilation) saved to the cache (and to ``out`` if given)."""
     from ..models import default_device, load_draft, load_model
     device = torch.device(device) if device is not None else default_device()
     if threads is not None:
         torch.set_num_threads(threads)
-    key = ProfileKey.here(device, target, draft, dtype, threads, context_tokens, repeats)
+    key = ProfileKey.here(device, target, draft, dtype, threads, context_tokens, repeats, compiled=compiled)
     path = profiles_dir() / key.filename()
     if path.exists() and not recalibrate:
         profile = load_profile(path, key)
     else:
         t = load_model(target, dtype=key.dtype, device=device)
         d = load_draft(draft, t) if draft is not None else None
+        if compiled:
+            from ..compiled import compile_forward
+            for m in (t, d):
+                if m is not None:
+                    compile_forward(m.model)
         context = calibration_context(t.tokenizer, t.vocab_size, context_tokens)
 
         def show(done: int, total: int) -> None:

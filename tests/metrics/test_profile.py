@@ -95,8 +95,8 @@ def test_cache_key_separates_threads_dtype_and_device():
              profile_key(device="cpu:test:avx512f+avx512_bf16").filename(), profile_key(draft=None).filename(),
              profile_key(weights="retrained").filename(), profile_key(context_tokens=1024).filename(),
              profile_key(repeats=20).filename(), profile_key(contexts=(512,)).filename(),
-             profile_key(prefill_sizes=(64,)).filename()}
-    assert len(names) == 10
+             profile_key(prefill_sizes=(64,)).filename(), profile_key(compiled=True).filename()}
+    assert len(names) == 11
 
 
 def test_weights_digest_follows_the_files(tmp_path):
