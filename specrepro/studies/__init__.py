@@ -14,5 +14,7 @@ tiny models of ``tests/helpers.py``.
 - :mod:`.ppd`: the PPD paper's tables and figures from the zoo records, the ablation records, a τ grid and one bench;
 - :mod:`.medusa`: the Medusa tree-size study (Fig. 6, Fig. 8(a-c), Table 1 on our heads);
 - :mod:`.eagle`: the EAGLE draft by draft position, tree shape and size, one interleaved bench and Fig. 7's memory;
+- :mod:`.batch`: batched speculative decoding against batch size B, beside the survey's prediction from the measured
+  β(B, γ+1) and α, and the MJSD paper's Table 1 claim on the same runs;
 - :mod:`.slides`: the slides' Tables 2 and 3 on our pair, beside their printed rows.
 """
