@@ -69,6 +69,7 @@ import torch
 from .bench_summary import (SUMMARY_COLUMNS, format_summary, mismatches, pooled_profile, predicted_speedup,
                             read_summary, summarize, write_summary)
 from .acceptance import TREE_RULES
+from .compiled import compile_forward
 from .config import DecodeConfig, SamplingConfig
 from .decoding import check_prompt, eos_ids, model_device
 from .drafters import Drafter
@@ -128,6 +129,7 @@ class Variant:
     tree_size: int | None = None  # tN: nodes of the draft tree; None: --tree-size, else hardware-aware
     acceptance: str | None = None  # exact | greedy | typical (LOSSY); None: --acceptance
     params: tuple[tuple[str, object], ...] = ()  # the method's parameters set by the label: bN, mN, tauX, fX, rX
+    compiled: bool = False  # "compiled": its models' forwards through torch.compile (specrepro.compiled), own copies
 
     @classmethod
     def parse(cls, label: str, default_dtype: str | None, default_gamma: int | str) -> "Variant":
@@ -135,10 +137,12 @@ class Variant:
         if name not in METHODS:
             raise ValueError(f"unknown method {name!r} in {label!r}; choose from {', '.join(METHODS)}")
         spec = method(name)
-        dtype, gamma, tree_size, acceptance, params = default_dtype, default_gamma, None, None, {}
+        dtype, gamma, tree_size, acceptance, params, compiled = default_dtype, default_gamma, None, None, {}, False
         for part in fields:
             if part in DTYPE_FIELDS:
                 dtype = part
+            elif part == "compiled":
+                compiled = True
             elif (param := _param_field(spec, part)) is not None:
                 params[param[0]] = param[1]
             elif part in TREE_RULES:
@@ -152,7 +156,8 @@ class Variant:
             else:
                 own = ", ".join(f"{k}X ({f.name})" for k, f in spec.label_fields().items())
                 raise ValueError(f"bad field {part!r} in {label!r}: expected a dtype ({', '.join(DTYPE_FIELDS)}), "
-                                 f"gN (N >= 1), gauto, tN (tree size N >= 1), a rule ({', '.join(TREE_RULES)})"
+                                 f"gN (N >= 1), gauto, tN (tree size N >= 1), a rule ({', '.join(TREE_RULES)}), "
+                                 f"compiled"
                                  + (f", or {name}'s own {own}" if own else f" ({name} has no parameters)"))
         if gamma == "auto" and spec.loop is Loop.TRANSFORMERS:
             raise ValueError(f"{label}: gamma auto is our loop's policy; transformers' baselines take a fixed γ")
@@ -161,8 +166,10 @@ class Variant:
                              f"({', '.join(m for m in METHODS if method(m).token_tree)})")
         if acceptance is not None and spec.loop is not Loop.SPECULATIVE:
             raise ValueError(f"{label}: an acceptance rule is for our speculative loop")
+        if compiled and spec.loop is Loop.TRANSFORMERS:
+            raise ValueError(f"{label}: compiled is for our loops; transformers' generate has its own compile options")
         spec.params(**params)  # one clear error for a value out of range
-        return cls(label, spec, dtype, gamma, tree_size, acceptance, tuple(sorted(params.items())))
+        return cls(label, spec, dtype, gamma, tree_size, acceptance, tuple(sorted(params.items())), compiled)
 
 
 @dataclass(frozen=True)
@@ -468,7 +475,8 @@ class _Models:
     def __init__(self, config: BenchConfig, target: LoadedModel | None, draft: LoadedModel | None,
                  needs_draft: bool):
         self.config, self.needs_draft, self.given = config, needs_draft, target is not None
-        self.by_dtype: dict[str, tuple[LoadedModel, LoadedModel | None]] = {}
+        # dtype (or (dtype, "compiled")) -> (target, draft)
+        self.by_dtype: dict[str | tuple[str, str], tuple[LoadedModel, LoadedModel | None]] = {}
         self.notes: list[str] = []
         if target is not None:
             reference = dtype_name(next(target.model.parameters()).dtype)
@@ -491,7 +499,15 @@ class _Models:
             raise ValueError(f"methods {users} need --draft NAME")
         return load_draft(self.config.draft, target, dtype=dtype)
 
-    def at(self, dtype: str) -> tuple[LoadedModel, LoadedModel | None]:
+    def at(self, dtype: str, compiled: bool = False) -> tuple[LoadedModel, LoadedModel | None]:
+        """The models at ``dtype``; with ``compiled``, a copy of them whose forwards run through torch.compile (the
+        eager ones stay as they are for the variants that run eagerly)."""
+        if compiled:
+            if (dtype, "compiled") not in self.by_dtype:
+                copies = [None if m is None else LoadedModel(m.name, compile_forward(copy.deepcopy(m.model)),
+                                                             m.tokenizer) for m in self.at(dtype)]
+                self.by_dtype[dtype, "compiled"] = tuple(copies)
+            return self.by_dtype[dtype, "compiled"]
         if dtype not in self.by_dtype:
             target, draft = self.by_dtype[self.reference]
             torch_dtype = parse_dtype(dtype, model_device(target.model))
@@ -631,7 +647,7 @@ class _Run:
 
     def _plan(self, v: Variant, kept: dict) -> None:
         def models(dtype: str):
-            target, draft = self.models.at(dtype)
+            target, draft = self.models.at(dtype, v.compiled)
             return target, v.method.needs.source(draft, self.config.ngram_table)  # self-drafting: the zoo's
         given = self.given.get(v.label, self.given.get(v.method.name))
         mean_prompt = round(sum(len(p.ids) for p in self.prompts) / len(self.prompts)) if self.prompts else None
@@ -646,7 +662,7 @@ class _Run:
 
     def run_one(self, label: str, prompt: BenchPrompt, repeat: int, max_new_tokens: int | None = None):
         v, plan = next(v for v in self.variants if v.label == label), self.plans[label]
-        t, d = self.models.at(plan.dtype)
+        t, d = self.models.at(plan.dtype, v.compiled)
         dc = plan.config(self.config.decode_config(v, repeat, max_new_tokens))
         with self.meter.measure() as energy:
             if v.method.loop is Loop.TRANSFORMERS:
@@ -654,7 +670,7 @@ class _Run:
                 rec.provenance = {"dtype": plan.dtype, "dtype_reason": plan.dtype_reason}
             else:
                 rec = generate_ids(t, prompt.ids, dc, draft=plan.drafter, gamma_policy=plan.gamma_policy,
-                                   provenance=plan.provenance())
+                                   provenance={**plan.provenance(), **({"compiled": True} if v.compiled else {})})
         rec.set_energy(energy.joules, energy.source, energy.reason)
         return rec
 

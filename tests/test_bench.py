@@ -268,6 +268,9 @@ def test_variant_labels_are_checked():
     assert Variant.parse("medusa:bf16:t24", None, 3).tree_size == 24
     with pytest.raises(ValueError, match="token-tree drafters"):
         Variant.parse("speculative:t8", None, 4)
+    assert Variant.parse("eagle:fp32:compiled", None, 4).compiled and not Variant.parse("eagle:fp32", None, 4).compiled
+    with pytest.raises(ValueError, match="compiled is for our loops"):
+        Variant.parse("hf-assisted:compiled", None, 4)
 
 
 def test_target_corpus_is_what_the_target_generates(pair):
