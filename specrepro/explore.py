@@ -108,11 +108,16 @@ def device_profiles(folder: Path | None = None) -> dict[str, Path]:
     return {p.name: p for p in files}
 
 
+# metrics.profile.FORMAT_1 and FORMAT, spelled here so that the explorer reads profiles without importing torch
+PROFILE_FORMATS = ("specrepro-device-profile/1", "specrepro-device-profile/2")
+
+
 @functools.lru_cache(maxsize=32)
 def read_profile(path: str) -> DeviceCosts:
-    """The β curve and c of a profile file (format ``specrepro-device-profile/1``)."""
+    """The β curve and c of a profile file (format ``specrepro-device-profile/1`` or ``/2``, which adds longer contexts
+    and the prefill: the β here is the base context's, as before)."""
     d = json.loads(Path(path).read_text())
-    if d.get("format") != "specrepro-device-profile/1":
+    if d.get("format") not in PROFILE_FORMATS:
         raise ValueError(f"{path} is not a specrepro device profile (format {d.get('format')!r})")
     forward = {int(n): float(t["median_s"]) for n, t in d["forward"]}
     ns = sorted(forward)

@@ -147,3 +147,8 @@ def test_the_explorer_notebook_runs_headless(tmp_path):
 def test_controls_are_frozen():
     with pytest.raises(dataclasses.FrozenInstanceError):
         ex.Controls().alpha = 0.5  # type: ignore[misc]
+
+
+def test_the_explorer_reads_the_profile_formats_the_package_writes():
+    from specrepro.metrics import profile
+    assert set(ex.PROFILE_FORMATS) == {profile.FORMAT, profile.FORMAT_1}
