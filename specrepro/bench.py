@@ -553,10 +553,12 @@ def _measure_profiles(models: _Models, dtypes: Sequence[str], context: list[int]
     profiles = {}
     for dtype in dtypes:
         target, draft = models.at(dtype)
-        # The bench times its steps at its own prompts' context already (``_cost_context``): no longer contexts, but
-        # the prefill, which --dtype auto weighs.
+        # The bench times its steps at its own prompts' context already (``_cost_context``): no longer contexts, and
+        # the prefill (which --dtype auto weighs) at its median prompt length only.
+        prompt = max(1, len(context) - config.max_new_tokens // 2)
         key = ProfileKey.here(model_device(target.model), config.target, config.draft if draft else None, dtype,
-                              context_tokens=len(context), repeats=config.cost_repeats, contexts=())
+                              context_tokens=len(context), repeats=config.cost_repeats, contexts=(),
+                              prefill_sizes=(prompt,))
         profiles[dtype] = measure(target.model, draft.model if draft else None, context, key,
                                   ns=profile_sizes(n_max), repeats=config.cost_repeats, warmup=1)
     return profiles
