@@ -57,8 +57,8 @@ N_MAX = 64
 # The longer cached prefixes a profile also times, on a coarser grid of sizes (a long prompt's step costs more:
 # attention reads the whole cache), and the prompt lengths whose prefill it times (linear beyond the last).
 LONG_CONTEXTS = (512, 1024)
-LONG_NS = (1, 2, 3, 5, 9, 17, 33, 64)
-PREFILL_SIZES = (32, 128, 512)
+LONG_NS = (1, 2, 3, 5, 9, 17)  # larger sizes follow the base curve's shape (a 64-token bf16 forward after 1024
+PREFILL_SIZES = (32, 128, 256)  # tokens costs seconds per round on a CPU without bf16 units)
 # Every size up to 17 (γ ≤ 16 verifies γ+1 tokens), then a coarser grid up to 64 (tree sizes).
 DEFAULT_NS = tuple(range(1, 18)) + (20, 24, 28, 32, 40, 48, 56, 64)
 # CPU flags that select different matmul kernels for bf16 / fp16 (recorded and part of the device key).
@@ -392,7 +392,7 @@ def measure(target: torch.nn.Module, draft: torch.nn.Module | None, context: lis
             progress: Callable[[int, int], None] | None = None) -> Profile:
     """Time L_fp(n) for every n in ``ns`` after ``context`` and one draft decode step, interleaved round by round so
     that a change in machine load hits every size alike; medians over ``repeats`` rounds after ``warmup``. Then,
-    in the same rounds, L_fp(n) on the coarse grid ``LONG_NS`` (up to max(ns)) after each of ``key.contexts`` (the
+    in the same rounds, L_fp(n) on the coarse grid ``LONG_NS`` (sizes up to max(ns)) after each of ``key.contexts`` (the
     context's tokens cycled to that length) and the prefill of each of ``key.prefill_sizes`` prompt tokens; a length
     the target's context cannot hold is left out (and so not in the profile)."""
     ns = sorted(set(int(n) for n in ns))
@@ -408,7 +408,7 @@ def measure(target: torch.nn.Module, draft: torch.nn.Module | None, context: lis
                          f"{context_length}")
     t_start = time.perf_counter()
     cycled = context * (max([len(context), *key.contexts, *key.prefill_sizes]) // len(context) + 1)
-    long_ns = sorted({n for n in LONG_NS if n < ns[-1]} | {1, ns[-1]})
+    long_ns = sorted({n for n in LONG_NS if n <= ns[-1]} | {1})
     # context length -> (timer, the sizes timed after it); forward_timer prefills its context once, here
     timers = {len(context): (forward_timer(target, context), ns)}
     for c in key.contexts:
