@@ -735,16 +735,20 @@ class _Run:
                 bar.update(1)
                 if row is None:
                     continue
-                handle.write(json.dumps(row) + "\n")
-                handle.flush()
-                os.fsync(handle.fileno())
-                self.records.append(row)
+                self._append(handle, row, on_record)
                 written += 1
-                if on_record is not None:
-                    on_record(row)
         bar.close()
         session.update(finished_utc=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), records_written=written)
         self.save()
+
+    def _append(self, handle, row: dict, on_record: Callable[[dict], None] | None) -> None:
+        """One record appended to records.jsonl, flushed and synced (an interrupted run keeps every finished line)."""
+        handle.write(json.dumps(row) + "\n")
+        handle.flush()
+        os.fsync(handle.fileno())
+        self.records.append(row)
+        if on_record is not None:
+            on_record(row)
 
     def _measure_cells(self, todo: list[tuple[BenchPrompt, int, str]], executor: ExecutorConfig, progress: bool,
                        on_record: Callable[[dict], None] | None) -> None:
@@ -763,13 +767,8 @@ class _Run:
                 for label, err in failed.items():
                     self.failed.setdefault(label, err)
                 for row in rows:
-                    handle.write(json.dumps(row) + "\n")
-                    handle.flush()
-                    os.fsync(handle.fileno())
-                    self.records.append(row)
+                    self._append(handle, row, on_record)
                     written += 1
-                    if on_record is not None:
-                        on_record(row)
             try:
                 run_cells(functools.partial(_prompt_cell, self), list(cells.values()), executor,
                           progress=f"bench {self.out.name} (prompts)" if progress else False, on_result=write)
