@@ -120,7 +120,7 @@ def check_generate(spec: Method, args: argparse.Namespace) -> tuple[DecodeConfig
     their mean length in tokens (None without a local tokenizer)."""
     from .decoding import check_prompt
     from .generate import encode_prompt
-    from .methods import Loop, Needs
+    from .methods import Needs
     from .models import LoadedModel, check_model_name, load_tokenizer
     from .prompts import load_prompts_file
 
@@ -131,10 +131,7 @@ def check_generate(spec: Method, args: argparse.Namespace) -> tuple[DecodeConfig
                          gamma=DEFAULT_GAMMA if args.gamma is None else args.gamma, tree_size=args.tree_size,
                          acceptance=args.acceptance or DEFAULT_ACCEPTANCE, seed=args.seed,
                          params=params_from(args, spec))
-    if args.batch_size > 1 and (spec.loop not in (Loop.AR, Loop.SPECULATIVE) or config.gamma == "auto"):
-        raise ValueError(f"--batch-size {args.batch_size}: " + (
-            "gamma auto runs at batch size 1 (its cost model is β at batch 1); give an integer --gamma"
-            if config.gamma == "auto" else f"method {spec.name!r} cannot batch; run it at batch size 1"))
+    spec.check_batch(args.batch_size, config.gamma)
     if spec.needs is Needs.NGRAM_TABLE and args.ngram_table is None:
         raise ValueError(f"--method {spec.name} needs --ngram-table FILE (an .npz written by NGramTable.save)")
     if spec.needs is Needs.DRAFT_MODEL:
@@ -261,6 +258,9 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--limit", type=positive_int, default=None, help="run only the first N prompts")
     add_decode_args(bench)
     bench.add_argument("--repeats", type=positive_int, default=1)
+    bench.add_argument("--batch-size", type=positive_int, default=1,
+                       help="decode this many prompts at once (specrepro.batched: every method listed must batch, "
+                            "the baseline is batched ar, and the device profile is timed at this batch size)")
     bench.add_argument("--out", required=True, help="output directory (an interrupted run resumes there)")
     bench.add_argument("--threads", type=threads, default=None, help="torch.set_num_threads (default: torch's)")
     bench.add_argument("--ngram-table", type=existing_file, default=None, help="n-gram table (.npz) for unigram / bigram")
@@ -383,7 +383,7 @@ def check_bench(args: argparse.Namespace):
         params=tuple(given_params(args).items()), quality=not args.no_quality,
         repeats=args.repeats, seed=args.seed, dtype=args.dtype, device=args.device, threads=args.threads,
         ngram_table=str(Path(args.ngram_table).resolve()) if args.ngram_table else None,
-        chat_template=not args.no_chat_template, warmup_tokens=args.warmup_tokens)
+        chat_template=not args.no_chat_template, warmup_tokens=args.warmup_tokens, batch_size=args.batch_size)
     variants = config.variants()
     settings = given_settings(args)
     check_parameters_taken({k: v for k, v in settings.items() if k != "draft"}, [v.method for v in variants])

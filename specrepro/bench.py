@@ -23,6 +23,16 @@ How the timings are kept fair:
    hits all of them alike; seed = base seed + repeat, the same for every variant.
 4. Clocks synchronise with the device (``decoding.Clock``); the thread count is recorded.
 
+``--batch-size B`` (default 1) decodes the prompts B at a time in one batched run per (batch, repeat, variant)
+(``generate.generate_batch``, ``specrepro.batched``): the first B prompts are batch 0, the next B batch 1, and so on.
+Every variant must batch (``Method.batches``: ar, speculative, prompt-lookup, unigram, bigram, medusa; one clear error
+otherwise, before a model loads), so the baseline is batched ar. Each prompt still gets its own record under the same
+key, with its batch-1 seed (so its tokens are its batch-1 run's), ``batch_size`` and its ``batch``; its
+``wall_time_s`` is its latency within the batch. The summary's tokens/s is throughput (every row's tokens over the
+batches' wall times) and ``latency_per_token_s`` each row's view; the device profile is timed over B rows per forward
+(``ProfileKey.batch``), so c, β and the predicted speedup are the batched step's (β(B, γ+1) of the survey blog).
+Energy is the batch's, shared among its rows by their tokens.
+
 Files in ``DIR``:
 
 - ``.lock``            held (``flock``) by the one process running a bench in ``DIR``; a second is refused;
@@ -74,7 +84,7 @@ from .config import DecodeConfig, SamplingConfig
 from .decoding import check_prompt, eos_ids, model_device
 from .drafters import Drafter
 from .executor import LOCAL, ExecutorConfig, run_cells
-from .generate import encode_prompt, generate_ids
+from .generate import encode_prompt, generate_batch, generate_ids
 from .hf_baselines import assisted_unsupported, hf_generate
 from .methods import METHODS, Cost, Loop, Method, Needs, check_parameters_taken, method, parameter_fields
 from .metrics.energy import open_meter
@@ -195,6 +205,7 @@ class BenchConfig:
     params: tuple[tuple[str, object], ...] = ()
     quality: bool = True  # score every record: perplexity under the target, ROUGE-L against the references
     repeats: int = 1
+    batch_size: int = 1  # prompts decoded at once (specrepro.batched); > 1: every variant must batch
     seed: int = 0  # base seed; repeat r uses seed + r
     dtype: str | None = None  # default dtype of the variants: None = the given models' (or the loader's), or auto
     device: str | None = None
@@ -215,6 +226,8 @@ class BenchConfig:
             dtype_name(self.dtype)  # one clear error for an unknown dtype
         if self.repeats < 1:
             raise ValueError(f"repeats must be >= 1, got {self.repeats}")
+        if not isinstance(self.batch_size, int) or isinstance(self.batch_size, bool) or self.batch_size < 1:
+            raise ValueError(f"--batch-size must be an integer >= 1, got {self.batch_size!r}")
         if self.limit is not None and self.limit < 1:
             raise ValueError(f"--limit must be >= 1 (the first N prompts), got {self.limit}")
         if self.warmup_tokens < 0:
@@ -230,6 +243,7 @@ class BenchConfig:
             raise ValueError("mjgd searches for the argmax of the joint likelihood: it runs at temperature 0 only")
         for v in variants:
             self.decode_config(v, 0)  # validates max_new_tokens, gamma, the sampling knobs, the parameters
+            v.method.check_batch(self.batch_size, v.gamma)
 
     def variants(self) -> list[Variant]:
         return [Variant.parse(m, self.dtype, self.gamma) for m in self.methods]
@@ -256,6 +270,7 @@ class BenchConfig:
         every parameter as a field of its own (num_beams, tau, ...); those that differ from their method's default
         become ``params`` (the defaults are what today's run uses without them)."""
         d, fields = dict(stored), parameter_fields()
+        d.setdefault("batch_size", 1)  # (a run written before --batch-size ran one prompt at a time)
         old = {k: d.pop(k) for k in list(d) if k in fields}
         if old and "params" not in d:
             d["params"] = {k: v for k, v in old.items() if v != fields[k][0].default}
@@ -558,7 +573,7 @@ def _measure_profiles(models: _Models, dtypes: Sequence[str], context: list[int]
         prompt = max(1, len(context) - config.max_new_tokens // 2)
         key = ProfileKey.here(model_device(target.model), config.target, config.draft if draft else None, dtype,
                               context_tokens=len(context), repeats=config.cost_repeats, contexts=(),
-                              prefill_sizes=(prompt,))
+                              prefill_sizes=(prompt,), batch=config.batch_size)
         profiles[dtype] = measure(target.model, draft.model if draft else None, context, key,
                                   ns=profile_sizes(n_max), repeats=config.cost_repeats, warmup=1)
     return profiles
@@ -590,10 +605,14 @@ class _Run:
         self.provenance = (json.loads(self.prov_path.read_text()) if self.prov_path.exists()
                            else {"config": config.to_dict(), "sessions": []})
         self.records = repair_records(out)
-        done = {record_key(r) for r in self.records}
-        self.done = len(done)
-        self.todo = [(p, r, v.label) for p in prompts for r in range(config.repeats) for v in self.variants
-                     if (v.label, p.id, r) not in done]
+        self.written = {record_key(r) for r in self.records}
+        self.done = len(self.written)
+        # The prompts in batches of --batch-size (one prompt each at batch size 1); a job is (batch, repeat, variant),
+        # to do while any of its prompts lacks its record.
+        size = config.batch_size
+        self.batches = [prompts[i:i + size] for i in range(0, len(prompts), size)]
+        self.todo = [(g, r, v.label) for g, batch in enumerate(self.batches) for r in range(config.repeats)
+                     for v in self.variants if any((v.label, p.id, r) not in self.written for p in batch)]
         self.device = model_device(models.target.model)
         self.alpha = draft_alpha_prior(config.draft, config.temperature) if config.draft else None
         self.failed: dict[str, dict] = {}  # label -> what it raised and where: one method never takes the others down
@@ -662,10 +681,14 @@ class _Run:
             plan.drafter = plan.drafter.resized(plan.tree_size)  # a drafter passed in, at another size
         self.plans[v.label] = plan
 
-    def run_one(self, label: str, prompt: BenchPrompt, repeat: int, max_new_tokens: int | None = None):
+    def job(self, label: str, repeat: int, max_new_tokens: int | None = None):
+        """(variant, plan, target, draft, resolved DecodeConfig) of ``label``'s run at ``repeat``."""
         v, plan = next(v for v in self.variants if v.label == label), self.plans[label]
         t, d = self.models.at(plan.dtype, v.compiled)
-        dc = plan.config(self.config.decode_config(v, repeat, max_new_tokens))
+        return v, plan, t, d, plan.config(self.config.decode_config(v, repeat, max_new_tokens))
+
+    def run_one(self, label: str, prompt: BenchPrompt, repeat: int, max_new_tokens: int | None = None):
+        v, plan, t, d, dc = self.job(label, repeat, max_new_tokens)
         with self.meter.measure() as energy:
             if v.method.loop is Loop.TRANSFORMERS:
                 rec = hf_generate(v.method, t, prompt.ids, dc, self.eos, d)
@@ -676,13 +699,49 @@ class _Run:
         rec.set_energy(energy.joules, energy.source, energy.reason)
         return rec
 
-    def record(self, label: str, prompt: BenchPrompt, repeat: int) -> dict:
-        """One timed run as the row ``records.jsonl`` keeps, with its quality scores."""
-        rec, v = self.run_one(label, prompt, repeat), next(v for v in self.variants if v.label == label)
-        return {**rec.to_dict(), "method": label, "base_method": v.method.name, "prompt_id": prompt.id,
-                "repeat": repeat, "seed": self.config.seed + repeat, "target": self.config.target,
-                "draft": self.config.draft if v.method.needs is Needs.DRAFT_MODEL else None,
-                **self.quality(rec, prompt)}
+    def run_batch(self, label: str, batch: list[BenchPrompt], repeat: int,
+                  max_new_tokens: int | None = None) -> list:
+        """The prompts of ``batch`` decoded at once (``generate.generate_batch``), each row drafted by a drafter of its
+        own built from the plan's source, every row seeded as its batch-1 run; the batch's energy shared among its
+        rows by their tokens."""
+        v, plan, t, d, dc = self.job(label, repeat, max_new_tokens)
+        with self.meter.measure() as energy:
+            recs = generate_batch(t, [p.ids for p in batch], dc, seeds=[dc.seed] * len(batch),
+                                  draft=v.method.needs.source(d, self.config.ngram_table),
+                                  provenance={**plan.provenance(), **({"compiled": True} if v.compiled else {})})
+        tokens = sum(rec.new_tokens for rec in recs)
+        for rec in recs:
+            share = rec.new_tokens / tokens if tokens else 1 / len(recs)
+            rec.set_energy(None if energy.joules is None else energy.joules * share, energy.source, energy.reason)
+        return recs
+
+    def record_batch(self, label: str, g: int, repeat: int) -> list[dict]:
+        """The timed run of batch ``g`` (one prompt at batch size 1) as the rows ``records.jsonl`` keeps, one per
+        prompt, with their quality scores."""
+        batch, v = self.batches[g], next(v for v in self.variants if v.label == label)
+        if self.config.batch_size == 1:
+            recs, where = [self.run_one(label, batch[0], repeat)], {}
+        else:
+            recs, where = self.run_batch(label, batch, repeat), {"batch_size": self.config.batch_size, "batch": g}
+        return [{**rec.to_dict(), "method": label, "base_method": v.method.name, "prompt_id": prompt.id,
+                 "repeat": repeat, "seed": self.config.seed + repeat, "target": self.config.target,
+                 "draft": self.config.draft if v.method.needs is Needs.DRAFT_MODEL else None, **where,
+                 **self.quality(rec, prompt)} for rec, prompt in zip(recs, batch)]
+
+    def warm_up(self, label: str) -> None:
+        """One unrecorded run of ``label`` on the first prompt (the first batch at --batch-size > 1)."""
+        tokens = min(self.config.warmup_tokens, self.config.max_new_tokens)
+        if self.config.batch_size == 1:
+            self.attempt(label, "warm-up", lambda: self.run_one(label, self.prompts[0], 0, tokens))
+        else:
+            self.attempt(label, "warm-up", lambda: self.run_batch(label, self.batches[0], 0, tokens))
+
+    def where(self, g: int, repeat: int) -> str:
+        """How an error names job (batch ``g``, ``repeat``)."""
+        batch = self.batches[g]
+        if self.config.batch_size == 1:
+            return f"prompt {batch[0].id}, repeat {repeat}"
+        return f"batch {g} (prompts {', '.join(p.id for p in batch)}), repeat {repeat}"
 
     def quality(self, rec, prompt: BenchPrompt) -> dict:
         """MJSD paper Eq. (1) under the run's reference target (one dtype for every variant), and ROUGE-L."""
@@ -723,41 +782,43 @@ class _Run:
         if self.config.warmup_tokens > 0:
             for v in self.variants:
                 if v.label not in skipped:
-                    self.attempt(v.label, "warm-up", lambda: self.run_one(
-                        v.label, self.prompts[0], 0, min(self.config.warmup_tokens, self.config.max_new_tokens)))
-        bar = tqdm(total=self.done + len(todo), initial=self.done, desc=f"bench {self.out.name}", file=sys.stderr,
-                   disable=not progress, unit="run")
+                    self.warm_up(v.label)
+        bar = tqdm(total=self.done + sum(len(self.batches[g]) for g, _, _ in todo), initial=self.done,
+                   desc=f"bench {self.out.name}", file=sys.stderr, disable=not progress, unit="run")
         written = 0
         with open(self.out / "records.jsonl", "a") as handle:
-            for prompt, repeat, label in todo:
-                row = self.attempt(label, f"prompt {prompt.id}, repeat {repeat}",
-                                   lambda: self.record(label, prompt, repeat))
-                bar.update(1)
-                if row is None:
-                    continue
-                self._append(handle, row, on_record)
-                written += 1
+            for g, repeat, label in todo:
+                rows = self.attempt(label, self.where(g, repeat), lambda: self.record_batch(label, g, repeat))
+                bar.update(len(self.batches[g]))
+                for row in rows or ():
+                    written += self._append(handle, row, on_record)
         bar.close()
         session.update(finished_utc=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), records_written=written)
         self.save()
 
-    def _append(self, handle, row: dict, on_record: Callable[[dict], None] | None) -> None:
-        """One record appended to records.jsonl, flushed and synced (an interrupted run keeps every finished line)."""
+    def _append(self, handle, row: dict, on_record: Callable[[dict], None] | None) -> int:
+        """One record appended to records.jsonl, flushed and synced (an interrupted run keeps every finished line);
+        1, or 0 for a record already written (a batch that a previous call left part-written runs whole again)."""
+        if record_key(row) in self.written:
+            return 0
+        self.written.add(record_key(row))
         handle.write(json.dumps(row) + "\n")
         handle.flush()
         os.fsync(handle.fileno())
         self.records.append(row)
         if on_record is not None:
             on_record(row)
+        return 1
 
-    def _measure_cells(self, todo: list[tuple[BenchPrompt, int, str]], executor: ExecutorConfig, progress: bool,
+    def _measure_cells(self, todo: list[tuple[int, int, str]], executor: ExecutorConfig, progress: bool,
                        on_record: Callable[[dict], None] | None) -> None:
-        """The jobs left as one cell per prompt (its repeats and variants interleaved as here), run by ``executor``;
-        each cell's records appended here in prompt order, so records.jsonl is the file a local run writes. A
-        method that fails in a cell is marked failed; the cells already sent still try it."""
-        cells: dict[str, tuple[BenchPrompt, list[tuple[int, str]]]] = {}
-        for prompt, repeat, label in todo:  # prompt-major already: the local order within each prompt is kept
-            cells.setdefault(prompt.id, (prompt, []))[1].append((repeat, label))
+        """The jobs left as one cell per prompt (per batch at --batch-size > 1; its repeats and variants interleaved
+        as here), run by ``executor``; each cell's records appended here in prompt order, so records.jsonl is the
+        file a local run writes. A method that fails in a cell is marked failed; the cells already sent still try
+        it."""
+        cells: dict[int, tuple[int, list[tuple[int, str]]]] = {}
+        for g, repeat, label in todo:  # batch-major already: the local order within each batch is kept
+            cells.setdefault(g, (g, []))[1].append((repeat, label))
         meter, self.meter = self.meter, None  # each task opens its own (a counter of its node)
         written = 0
         with open(self.out / "records.jsonl", "a") as handle:
@@ -767,8 +828,7 @@ class _Run:
                 for label, err in failed.items():
                     self.failed.setdefault(label, err)
                 for row in rows:
-                    self._append(handle, row, on_record)
-                    written += 1
+                    written += self._append(handle, row, on_record)
             try:
                 run_cells(functools.partial(_prompt_cell, self), list(cells.values()), executor,
                           progress=f"bench {self.out.name} (prompts)" if progress else False, on_result=write)
@@ -801,19 +861,19 @@ class _Run:
 _WARM: set[tuple[str, str]] = set()  # in a Ray worker: the (run folder, variant) it has warmed up already
 
 
-def _prompt_cell(run: _Run, cell: tuple[BenchPrompt, list[tuple[int, str]]]) -> tuple[list[dict], dict]:
-    """One prompt of a bench on a Ray worker: each variant warmed up (once per worker process), then the prompt's
-    (repeat, variant) jobs in order; (its records, the methods that failed). Module-level for Ray."""
-    prompt, jobs = cell
+def _prompt_cell(run: _Run, cell: tuple[int, list[tuple[int, str]]]) -> tuple[list[dict], dict]:
+    """One prompt (one batch at --batch-size > 1) of a bench on a Ray worker: each variant warmed up (once per worker
+    process), then the (repeat, variant) jobs in order; (its records, the methods that failed). Module-level for
+    Ray."""
+    g, jobs = cell
     run.meter = open_meter(run.device)
     labels = [label for label in dict.fromkeys(label for _, label in jobs) if (str(run.out), label) not in _WARM]
     for label in labels if run.config.warmup_tokens > 0 else ():
-        run.attempt(label, "warm-up", lambda: run.run_one(
-            label, run.prompts[0], 0, min(run.config.warmup_tokens, run.config.max_new_tokens)))
+        run.warm_up(label)
         _WARM.add((str(run.out), label))
-    rows = [run.attempt(label, f"prompt {prompt.id}, repeat {repeat}", lambda: run.record(label, prompt, repeat))
+    rows = [run.attempt(label, run.where(g, repeat), lambda: run.record_batch(label, g, repeat))
             for repeat, label in jobs]
-    return [row for row in rows if row is not None], run.failed
+    return [row for batch in rows if batch is not None for row in batch], run.failed
 
 
 def _warn_if_busy(session: dict) -> None:
@@ -869,6 +929,9 @@ def run_bench(config: BenchConfig, out: str | Path, *, target: LoadedModel | Non
     out, drafters = Path(out), dict(drafters or {})
     check_config(out, config, ignore=("prompt_digest", "weights_digest"))  # before any slow loading
     variants = config.variants()
+    if config.batch_size > 1 and drafters:
+        raise ValueError(f"drafters passed in ({', '.join(drafters)}) run at batch size 1: a batch builds a drafter "
+                         f"per row from the run's models and tables")
     own = [v for v in variants if v.label not in drafters and v.method.name not in drafters]
     if config.ngram_table is None and (ngram := [v.label for v in own if v.method.needs is Needs.NGRAM_TABLE]):
         raise ValueError(f"methods {ngram} need --ngram-table FILE (an .npz written by NGramTable.save)")

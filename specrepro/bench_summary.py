@@ -7,6 +7,10 @@ the variant's records; plain steps (nothing proposed) yield one token for L_fp(1
 the autoregressive baseline's L_fp(1) per token over that. With every step at γ this is the survey blog's
 (*Batch Size*) E[speedup] = (1 − α^{γ+1}) / ((1 − α)(γc + β)); with proposals shorter than γ (prompt lookup,
 the end of the budget, ``--gamma auto``) it is what the closed form at γ would mispredict.
+
+At ``--batch-size B`` > 1 the profile is the batched step's (L_fp(n) over B rows, ``ProfileKey.batch``), so the same
+formula gives the survey's prediction from β(B, γ+1) and the batched draft's c; tokens/s is throughput (a batch's wall
+time counted once, ``run_wall``) and ``latency_per_token_s`` each row's latency per token.
 """
 from __future__ import annotations
 
@@ -21,10 +25,23 @@ from .cost import expected_speedup, step_seconds, tau
 from .methods import Cost, Loop, Method
 from .metrics.profile import Latency, Profile
 
-SUMMARY_COLUMNS = ("method", "base_method", "dtype", "gamma", "n", "new_tokens", "wall_time_s", "tokens_per_s",
-                   "speedup", "speedup_median", "alpha", "tokens_per_call", "mean_proposed", "c", "beta", "predicted_speedup",
+SUMMARY_COLUMNS = ("method", "base_method", "dtype", "gamma", "batch_size", "n", "new_tokens", "wall_time_s",
+                   "tokens_per_s", "latency_per_token_s", "speedup", "speedup_median", "alpha", "tokens_per_call",
+                   "mean_proposed", "c", "beta", "predicted_speedup",
                    "efficiency", "identical_to_ar", "identical_to_counterpart", "lossless", "perplexity", "rouge_l",
                    "joules_per_token", "error")
+
+
+def run_wall(records: list[dict]) -> float:
+    """Seconds the runs of ``records`` took: each record's wall time, but a batch's once (its rows ran together; a
+    row's own ``wall_time_s`` is its latency within the batch, ``provenance.batch.wall_time_s`` the batch's)."""
+    walls: dict[tuple, float] = {}
+    for r in records:
+        if r.get("batch_size", 1) > 1:
+            walls["batch", r["batch"], r["repeat"]] = r["provenance"]["batch"]["wall_time_s"]
+        else:
+            walls["record", r["prompt_id"], r["repeat"]] = r["wall_time_s"]
+    return sum(walls.values())
 
 
 def predicted_speedup(alpha: float | None, gamma: int, c: float, beta: float) -> float | None:
@@ -114,7 +131,7 @@ def summarize(records: list[dict], variants: list, greedy: bool, profiles: dict[
     for v in variants:
         rs = [r for r in records if r["method"] == v.label]
         tokens = sum(r["new_tokens"] for r in rs)
-        wall = sum(r["wall_time_s"] for r in rs)
+        wall, latency = run_wall(rs), sum(r["wall_time_s"] for r in rs)
         calls = [r["target_calls"] for r in rs]
         spec = v.method
         kind, ours = spec.cost, spec.loop is not Loop.TRANSFORMERS
@@ -139,8 +156,10 @@ def summarize(records: list[dict], variants: list, greedy: bool, profiles: dict[
                 plain = sum(r["target_calls"] - len(r["proposed_lengths"]) for r in rs)
                 predicted = predicted_from_steps(alpha, proposed, plain, c, profile, base_decode)
         rows.append({
-            "method": v.label, "base_method": spec.name, "dtype": v.dtype, "gamma": v.gamma, "n": len(rs),
+            "method": v.label, "base_method": spec.name, "dtype": v.dtype, "gamma": v.gamma,
+            "batch_size": max((r.get("batch_size", 1) for r in rs), default=1), "n": len(rs),
             "new_tokens": tokens, "wall_time_s": wall, "tokens_per_s": tokens / wall if wall > 0 else None,
+            "latency_per_token_s": latency / tokens if tokens else None,
             "speedup": None, "alpha": alpha,
             "tokens_per_call": record.tokens_per_call(rs),
             "mean_proposed": (sum(proposed) / sum(calls) if rs and ours and kind is not Cost.PLAIN and all(calls)

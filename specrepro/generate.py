@@ -73,21 +73,16 @@ def generate_batch(target: LoadedModel, prompts: list[list[int]], config: Decode
     """Run ``config.method`` on B prompts at once (``specrepro.batched``): one record per prompt, in order, each the
     record the batch-1 run of that prompt and seed would give (its tokens; its times are the batch's). Methods that
     cannot batch (MJGD, and every drafter ``batched`` does not run) and γ auto stop with one clear error."""
-    eos = eos_ids(target.model, target.tokenizer)
     spec: Method = method(config.method)
+    spec.check_batch(len(prompts) if isinstance(prompts, (list, tuple)) and len(prompts) > 1 else 2, config.gamma)
+    eos = eos_ids(target.model, target.tokenizer)
     config = spec.resolve(config)
     if spec.loop is Loop.AR:
         records = batched_autoregressive(target.model, prompts, config, eos, seeds, target.context_length)
-    elif spec.loop is Loop.SPECULATIVE:
-        if config.gamma == "auto":
-            raise ValueError("gamma auto runs at batch size 1 (its cost model is β at batch 1): give an integer "
-                             "--gamma with --batch-size")
+    else:
         records = batched_generate(target.model, lambda b: spec.build_drafter(draft, target, config), prompts,
                                    config, eos, rule=spec.verification_rule(config), seeds=seeds,
                                    context_length=target.context_length, method=spec.name)
-    else:
-        raise ValueError(f"method {spec.name!r} cannot batch: batched decoding runs ar and the speculative loop's "
-                         f"batchable drafters; run it at batch size 1")
     return [described(rec, target, spec, provenance) for rec in records]
 
 

@@ -247,3 +247,27 @@ def test_generate_batch_size_flag_refuses_before_any_model_loads(capsys):
     assert "'mjgd' cannot batch" in capsys.readouterr().err
     assert main(["generate", "--prompt", "x", "--method", "prompt-lookup", "--gamma", "auto", "--batch-size", "4"]) == 2
     assert "gamma auto runs at batch size 1" in capsys.readouterr().err
+
+
+def test_the_methods_that_say_they_batch_build_drafters_the_batched_loop_runs(tiny_pair_64):
+    """``Method.batches`` (what generate and bench check before a model loads) agrees with ``batched.BATCHABLE`` (what
+    the loop checks): each batching method of the speculative loop builds a drafter of a class it lists, and every
+    other method is refused by ``generate_batch`` at once."""
+    from specrepro.batched import BATCHABLE
+    from specrepro.generate import generate_batch
+    from specrepro.methods import BATCHING, REGISTRY, Loop
+    from tests.helpers import loaded
+    target, draft = tiny_pair_64
+    g = torch.Generator().manual_seed(0)
+    table = fit_ngram(torch.randint(0, 64, (6, 12), generator=g).tolist(), 64, order=2)
+    sources = {"speculative": loaded(draft), "prompt-lookup": None, "unigram": table, "bigram": table,
+               "medusa": medusa(target)}
+    speculative = {m for m in BATCHING if REGISTRY[m].loop is Loop.SPECULATIVE}
+    assert speculative == set(sources) and set(BATCHING) - speculative == {"ar"}
+    for name in speculative:
+        built = REGISTRY[name].build_drafter(sources[name], loaded(target), REGISTRY[name].config(gamma=2))
+        assert type(built) in BATCHABLE, name
+    for name, spec in REGISTRY.items():
+        if not spec.batches:
+            with pytest.raises(ValueError, match=f"'{name}' cannot batch"):
+                generate_batch(loaded(target), PROMPTS, DecodeConfig(method=name, max_new_tokens=4, gamma=2))

@@ -35,6 +35,7 @@ REGISTRY: dict[str, Method] = {m.name: m for m in (
 METHODS = tuple(REGISTRY)
 OUR_METHODS = tuple(m for m, spec in REGISTRY.items() if spec.loop is not Loop.TRANSFORMERS)
 HF_METHODS = tuple(m for m, spec in REGISTRY.items() if spec.loop is Loop.TRANSFORMERS)
+BATCHING = tuple(m for m, spec in REGISTRY.items() if spec.batches)  # those that run B prompts at once
 
 
 def method(name: str | Method) -> Method:
@@ -90,13 +91,15 @@ def check_parameters_taken(values: dict, methods: list[Method] | tuple[Method, .
 def methods_table() -> str:
     """The README's methods table, from the objects (``python -m specrepro methods`` prints it; a test holds the
     README to it)."""
-    rows = ["| method | document | what | output | parameters (bench label) |", "|---|---|---|---|---|"]
+    rows = ["| method | document | what | output | parameters (bench label) | `--batch-size` > 1 |",
+            "|---|---|---|---|---|---|"]
     for m in REGISTRY.values():
         params = ", ".join(f"`--{f.name.replace('_', '-')}`" + (f" (`{f.metadata['label']}`)" if f.metadata.get("label")
                                                                  else "") for f in m.param_fields()) or "—"
-        rows.append(f"| `{m.name}` | {m.document} | {m.summary} | {m.output} | {params} |")
+        rows.append(f"| `{m.name}` | {m.document} | {m.summary} | {m.output} | {params} | "
+                    f"{'yes' if m.batches else '—'} |")
     return "\n".join(rows)
 
 
-__all__ = ["REGISTRY", "METHODS", "OUR_METHODS", "HF_METHODS", "Method", "Loop", "Cost", "Needs", "NoParams",
+__all__ = ["REGISTRY", "METHODS", "OUR_METHODS", "HF_METHODS", "BATCHING", "Method", "Loop", "Cost", "Needs", "NoParams",
            "TreeSizing", "method", "drafter_for", "parameter_fields", "check_parameters_taken", "methods_table"]

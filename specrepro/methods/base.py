@@ -13,6 +13,8 @@ A method carries everything the package needs to run it and to say what it ran:
     tree      its token-tree sizing (Medusa heads, PPD prompt tokens): the hardware-aware size on a device profile
     nodes     (γ, params) -> draft nodes one step scores, when not γ (m chains of γ)
     counterpart  for transformers' baselines: our method it must reproduce token for token at T = 0
+    batches   whether it runs B prompts at once (``specrepro.batched``: AR and the drafters ``batched.BATCHABLE``
+              lists); ``generate`` and ``bench`` refuse ``--batch-size`` > 1 for the others, before a model loads
 """
 from __future__ import annotations
 
@@ -100,6 +102,7 @@ class Method:
     tree: TreeSizing | None = None
     nodes: Callable[[int, Any], int] | None = None
     counterpart: str | None = None
+    batches: bool = False
 
     def __post_init__(self):
         if not isinstance(self.loop, Loop) or not isinstance(self.cost, Cost) or not isinstance(self.needs, Needs):
@@ -148,6 +151,19 @@ class Method:
                                          Needs.EAGLE_DRAFT),
                  "ngram_table": self.needs is Needs.NGRAM_TABLE}
         return frozenset(name for name, read in reads.items() if read)
+
+    def check_batch(self, batch_size: int, gamma: int | str) -> None:
+        """One clear error when a run of ``batch_size`` rows at once cannot be this method's: it does not batch, or
+        γ is auto (its cost model is β at batch 1)."""
+        if batch_size <= 1:
+            return
+        if not self.batches:
+            from . import BATCHING
+            raise ValueError(f"method {self.name!r} cannot batch (batch size {batch_size}): batched decoding runs "
+                             f"{', '.join(BATCHING)}; run it at batch size 1")
+        if gamma == "auto":
+            raise ValueError(f"{self.name} at batch size {batch_size}: gamma auto runs at batch size 1 (its cost "
+                             f"model is β at batch 1); give an integer gamma")
 
     def describe(self) -> dict:
         """The method as data, for every record's provenance (the config beside it has γ, tree size and rule)."""

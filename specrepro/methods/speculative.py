@@ -4,6 +4,6 @@ from .base import Cost, Loop, Method, Needs
 
 SPECULATIVE = Method("speculative", Loop.SPECULATIVE, Cost.DRAFT_MODEL, needs=Needs.DRAFT_MODEL,
                      drafter=lambda draft, target, config: LMDrafter(draft.model),
-                     document="slides",
+                     document="slides", batches=True,
                      summary="a chain of γ draft-model tokens, speculative sampling; `--draft` also takes "
                              "`layers:K`, the target's first K layers")

@@ -10,6 +10,10 @@ For a (target, draft) pair on the device at hand, and for one dtype, a profile h
     β(n)      = L_fp(n) / L_fp(1), the verification cost of the survey blog's *Batch Size* section;
     c         = one draft decode step / one target decode step (L_fp(1)), the cost ratio.
 
+A profile keyed with ``batch`` B > 1 (a bench at ``--batch-size B``) times every forward over B rows at once:
+L_fp(n) is then L(B, n) of ``metrics.batching``, β(n) the survey's β(B, n) and c the batched draft's step over the
+batched target's, so the bench predicts a batched run from what a batched step costs.
+
 ``python -m specrepro calibrate`` measures it and caches it under ``$SPECREPRO_CACHE/profiles/``, keyed by
 the device (CPU model and the instruction-set flags that change kernels, or the GPU name), the model pair,
 the dtype, the thread count and the torch / transformers versions: a changed key never reuses a stale file.
@@ -152,6 +156,7 @@ class ProfileKey:
     contexts: tuple[int, ...] = LONG_CONTEXTS  # longer cached prefixes, each timed on the coarse grid LONG_NS
     prefill_sizes: tuple[int, ...] = PREFILL_SIZES  # prompt lengths whose prefill is timed
     compiled: bool = False  # the forwards ran through torch.compile (specrepro.compiled)
+    batch: int = 1  # rows per forward: L_fp(n) is one forward over B rows × n tokens (a bench at --batch-size B)
 
     def __post_init__(self) -> None:  # (JSON gives lists back)
         object.__setattr__(self, "contexts", tuple(int(c) for c in self.contexts))
@@ -161,17 +166,20 @@ class ProfileKey:
     def here(cls, device: torch.device, target: str, draft: str | None, dtype: str,
              threads: int | None = None, context_tokens: int = 256, repeats: int = 5,
              contexts: Sequence[int] = LONG_CONTEXTS, prefill_sizes: Sequence[int] = PREFILL_SIZES,
-             compiled: bool = False) -> "ProfileKey":
+             compiled: bool = False, batch: int = 1) -> "ProfileKey":
         import transformers
         return cls(device=device_key(device), target=target, draft=draft, dtype=dtype_name(dtype),
                    threads=threads or torch.get_num_threads(), torch=torch.__version__,
                    transformers=transformers.__version__, weights=weights_digest(target, draft),
                    context_tokens=context_tokens, repeats=repeats, contexts=tuple(contexts),
-                   prefill_sizes=tuple(prefill_sizes), compiled=compiled)
+                   prefill_sizes=tuple(prefill_sizes), compiled=compiled, batch=batch)
 
     def filename(self) -> str:
         """A readable, unique file name: the pair, dtype and threads, then a hash of the whole key."""
-        digest = hashlib.sha256(json.dumps(dataclasses.asdict(self), sort_keys=True).encode()).hexdigest()[:12]
+        fields = dataclasses.asdict(self)
+        if fields["batch"] == 1:
+            del fields["batch"]  # (a batch-1 key hashes as it did before batched profiles: cached files stay valid)
+        digest = hashlib.sha256(json.dumps(fields, sort_keys=True).encode()).hexdigest()[:12]
         pair = f"{self.target}__{self.draft or 'nodraft'}"
         return re.sub(r"[^A-Za-z0-9_.-]+", "-", f"{pair}__{self.dtype}__t{self.threads}__{digest}") + ".json"
 
@@ -352,12 +360,25 @@ def profiles_dir() -> Path:
 # ---------------------------------------------------------------------------------------- measuring
 
 
-def forward_timer(model: torch.nn.Module, context: list[int]) -> Callable[[int], float]:
+def forward_timer(model: torch.nn.Module, context: list[int], batch: int = 1) -> Callable[[int], float]:
     """A function n -> seconds of one forward over n new tokens after ``context`` (cached once, rolled back
-    after each call), device-synchronised. The one timing primitive of the package."""
-    cm, clock = CachedModel(model), Clock(model_device(model))
-    cm.logits_for(context)
+    after each call), device-synchronised. The one timing primitive of the package. With ``batch`` B > 1, one
+    forward over B different sequences of ``len(context)`` tokens × n new tokens each (``batching.BatchedPrefix``,
+    the context rotated per row), as a batched step scores them."""
+    clock = Clock(model_device(model))
     tokens = context * (N_MAX // max(1, len(context)) + 1)
+    if batch > 1:
+        from .batching import BatchedPrefix, batch_contexts
+        prefix = BatchedPrefix(model, batch_contexts(context, batch))  # [B, L] cached
+        new = batch_contexts(tokens[:N_MAX], batch)  # [B, N_MAX]: row b's new tokens
+
+        def time_batch(n: int) -> float:
+            t0 = clock.now()
+            prefix.forward(new[:, :n])
+            return clock.now() - t0
+        return time_batch
+    cm = CachedModel(model)
+    cm.logits_for(context)
 
     def time_forward(n: int) -> float:
         t0 = clock.now()
@@ -410,12 +431,12 @@ def measure(target: torch.nn.Module, draft: torch.nn.Module | None, context: lis
     cycled = context * (max([len(context), *key.contexts, *key.prefill_sizes]) // len(context) + 1)
     long_ns = sorted({n for n in LONG_NS if n <= ns[-1]} | {1})
     # context length -> (timer, the sizes timed after it); forward_timer prefills its context once, here
-    timers = {len(context): (forward_timer(target, context), ns)}
+    timers = {len(context): (forward_timer(target, context, key.batch), ns)}
     for c in key.contexts:
         if len(context) < c and c + ns[-1] <= context_length:
-            timers[c] = (forward_timer(target, cycled[:c]), long_ns)
+            timers[c] = (forward_timer(target, cycled[:c], key.batch), long_ns)
     prefill_sizes = [p for p in key.prefill_sizes if p <= context_length]
-    time_draft = forward_timer(draft, context) if draft is not None else None
+    time_draft = forward_timer(draft, context, key.batch) if draft is not None else None
     times: dict[tuple[int, int], list[float]] = {(c, n): [] for c, (_, sizes) in timers.items() for n in sizes}
     prefill_times: dict[int, list[float]] = {p: [] for p in prefill_sizes}
     draft_times: list[float] = []
@@ -427,7 +448,7 @@ def measure(target: torch.nn.Module, draft: torch.nn.Module | None, context: lis
                 if r >= warmup:
                     times[c, n].append(t)
         for p in prefill_sizes:
-            t = prefill_time(target, cycled[:p])
+            t = prefill_time(target, cycled[:p], key.batch)
             if r >= warmup:
                 prefill_times[p].append(t)
         if time_draft is not None:
@@ -455,9 +476,17 @@ def measure(target: torch.nn.Module, draft: torch.nn.Module | None, context: lis
                    prefill=tuple((p, Latency.of(prefill_times[p])) for p in prefill_sizes))
 
 
-def prefill_time(model: torch.nn.Module, prompt: list[int]) -> float:
-    """Seconds of one forward over ``prompt`` from an empty cache (the prefill), device-synchronised."""
-    cm, clock = CachedModel(model), Clock(model_device(model))
+def prefill_time(model: torch.nn.Module, prompt: list[int], batch: int = 1) -> float:
+    """Seconds of one forward over ``prompt`` from an empty cache (the prefill), device-synchronised; with ``batch``
+    B > 1, over B rows of ``len(prompt)`` tokens (the prompt rotated per row) at once."""
+    clock = Clock(model_device(model))
+    if batch > 1:
+        from .batching import BatchedPrefix, batch_contexts
+        rows = batch_contexts(prompt, batch)  # [B, P]
+        t0 = clock.now()
+        BatchedPrefix(model, rows)
+        return clock.now() - t0
+    cm = CachedModel(model)
     t0 = clock.now()
     cm.logits_for(prompt)
     return clock.now() - t0
