@@ -476,8 +476,13 @@ def _weights_digest(*models: torch.nn.Module | None) -> str:
 
 
 def _cost_context(prompts: Sequence[BenchPrompt], config: BenchConfig, context_length: int, n_max: int) -> list[int]:
-    """A context as long as a typical step sees: the median prompt plus half the generation."""
-    length = int(statistics.median(len(p.ids) for p in prompts)) + config.max_new_tokens // 2
+    """A context as long as a typical step sees: the median prompt plus half the generation. At --batch-size > 1 a
+    step attends over its batch's longest row (the shorter ones are padded to it): the median over the batches of
+    their longest prompt, plus half the generation."""
+    size = config.batch_size
+    widths = [max(len(p.ids) for p in prompts[i:i + size]) for i in range(0, len(prompts), size)]
+    typical = statistics.median(widths) if size > 1 else statistics.median(len(p.ids) for p in prompts)
+    length = int(typical) + config.max_new_tokens // 2
     length = max(2, min(length, context_length - n_max - 1))
     longest = max(prompts, key=lambda p: len(p.ids)).ids
     return (longest * (length // len(longest) + 1))[:length]

@@ -31,3 +31,20 @@ def one_thread():
 @pytest.fixture(autouse=True)
 def _deterministic_threads():
     torch.set_num_threads(max(1, min(2, torch.get_num_threads())))
+
+
+@pytest.fixture(scope="module")
+def bench_pair():
+    """The benches' tiny pair: a 32-token target and its first layer as the draft (``layers:1``)."""
+    from specrepro.models import LoadedModel, layer_skip_draft
+    target = LoadedModel("tiny", tiny_model(vocab_size=32, n_layers=2, hidden=16, seed=0), None)
+    return target, LoadedModel("layers:1", layer_skip_draft(target.model, 1), None)
+
+
+@pytest.fixture(scope="module")
+def bench_table_path(tmp_path_factory):
+    """A bigram table over the bench pair's 32 tokens, saved as the benches' --ngram-table file."""
+    from specrepro.drafters import fit_ngram
+    g = torch.Generator().manual_seed(0)
+    table = fit_ngram(torch.randint(0, 32, (10, 10), generator=g).tolist(), 32, order=2)
+    return str(table.save(tmp_path_factory.mktemp("ngram") / "bigram.npz"))

@@ -15,7 +15,7 @@ from specrepro.methods import method
 from specrepro.metrics.profile import Profile
 from specrepro.config import DecodeConfig, SamplingConfig
 from specrepro.draft_model import draft_from_target
-from specrepro.drafters import LMDrafter, fit_ngram
+from specrepro.drafters import LMDrafter
 from specrepro.generate import generate_ids
 from specrepro.hf_baselines import as_assistant
 from specrepro.models import LoadedModel, layer_skip_draft, tiny_model
@@ -26,36 +26,23 @@ METHODS = ("ar", "speculative", "prompt-lookup", "bigram", "hf-ar", "hf-assisted
 pytestmark = pytest.mark.usefixtures("one_thread")
 
 
-@pytest.fixture(scope="module")
-def pair():
-    target = LoadedModel("tiny", tiny_model(vocab_size=32, n_layers=2, hidden=16, seed=0), None)
-    return target, LoadedModel("layers:1", layer_skip_draft(target.model, 1), None)
-
-
-@pytest.fixture(scope="module")
-def table_path(tmp_path_factory):
-    g = torch.Generator().manual_seed(0)
-    table = fit_ngram(torch.randint(0, 32, (10, 10), generator=g).tolist(), 32, order=2)
-    return str(table.save(tmp_path_factory.mktemp("ngram") / "bigram.npz"))
-
-
 PROMPTS = [BenchPrompt("a", [5, 7, 9, 11, 5, 7]), BenchPrompt("b", [3, 4, 3, 4, 3]),
            BenchPrompt("c", [8, 1, 6, 1, 8, 1])]
 
 
-def config(table_path, **changes) -> BenchConfig:
+def config(bench_table_path, **changes) -> BenchConfig:
     base = dict(methods=METHODS, target="tiny", draft="layers:1", prompts="test", max_new_tokens=8, gamma=3,
-                repeats=2, ngram_table=table_path, warmup_tokens=2, cost_repeats=2)
+                repeats=2, ngram_table=bench_table_path, warmup_tokens=2, cost_repeats=2)
     return BenchConfig(**{**base, **changes})
 
 
-def run(cfg, out, pair, **kw):
-    target, draft = pair
+def run(cfg, out, bench_pair, **kw):
+    target, draft = bench_pair
     return run_bench(cfg, out, target=target, draft=draft, prompts=PROMPTS, progress=False, **kw)
 
 
-def test_writes_records_summary_provenance(tmp_path, pair, table_path):
-    result = run(config(table_path), tmp_path, pair)
+def test_writes_records_summary_provenance(tmp_path, bench_pair, bench_table_path):
+    result = run(config(bench_table_path), tmp_path, bench_pair)
     records = [json.loads(line) for line in (tmp_path / "records.jsonl").read_text().splitlines()]
     assert len(records) == len(METHODS) * len(PROMPTS) * 2
     assert records[0]["method"] == "ar" and [r["method"] for r in records[:len(METHODS)]] == list(METHODS)
@@ -105,8 +92,8 @@ def test_writes_records_summary_provenance(tmp_path, pair, table_path):
     assert all(r["provenance"]["dtype"] in ("fp32", "float32") for r in records)
 
 
-def test_interrupted_run_resumes_without_duplicates(tmp_path, pair, table_path):
-    cfg = config(table_path, methods=("ar", "prompt-lookup", "hf-ar"))
+def test_interrupted_run_resumes_without_duplicates(tmp_path, bench_pair, bench_table_path):
+    cfg = config(bench_table_path, methods=("ar", "prompt-lookup", "hf-ar"))
 
     def interrupt_after(k):
         seen = []
@@ -117,27 +104,27 @@ def test_interrupted_run_resumes_without_duplicates(tmp_path, pair, table_path):
         return on_record
 
     with pytest.raises(KeyboardInterrupt):
-        run(cfg, tmp_path, pair, on_record=interrupt_after(4))
+        run(cfg, tmp_path, bench_pair, on_record=interrupt_after(4))
     assert len(load_records(tmp_path)) == 4 and not (tmp_path / "summary.csv").exists()
     # A line cut off mid-write is dropped on resume, not duplicated or left to corrupt the file.
     with open(tmp_path / "records.jsonl", "a") as handle:
         handle.write('{"method": "ar", "prompt_')
     written = []
-    result = run(cfg, tmp_path, pair, on_record=written.append)
+    result = run(cfg, tmp_path, bench_pair, on_record=written.append)
     keys = [(r["method"], r["prompt_id"], r["repeat"]) for r in load_records(tmp_path)]
     assert len(keys) == len(set(keys)) == 3 * len(PROMPTS) * 2
     assert len(written) == len(keys) - 4  # only the missing ones were run
     assert len(result.provenance["sessions"]) == 2
-    run(cfg, tmp_path, pair, on_record=written.append)  # complete: nothing more runs
+    run(cfg, tmp_path, bench_pair, on_record=written.append)  # complete: nothing more runs
     assert len(load_records(tmp_path)) == len(keys) and len(written) == len(keys) - 4
 
 
-def test_refuses_to_resume_with_other_arguments(tmp_path, pair, table_path):
-    cfg = config(table_path, methods=("ar",), repeats=1)
-    run(cfg, tmp_path, pair)
+def test_refuses_to_resume_with_other_arguments(tmp_path, bench_pair, bench_table_path):
+    cfg = config(bench_table_path, methods=("ar",), repeats=1)
+    run(cfg, tmp_path, bench_pair)
     with pytest.raises(ResumeMismatch, match="max_new_tokens"):
-        run(config(table_path, methods=("ar",), repeats=1, max_new_tokens=9), tmp_path, pair)
-    target, draft = pair
+        run(config(bench_table_path, methods=("ar",), repeats=1, max_new_tokens=9), tmp_path, bench_pair)
+    target, draft = bench_pair
     with pytest.raises(ResumeMismatch, match="prompt_digest"):  # same arguments, other prompts
         run_bench(cfg, tmp_path, target=target, prompts=PROMPTS[:2], progress=False)
     retrained = LoadedModel("layers:1", layer_skip_draft(tiny_model(vocab_size=32, n_layers=2, hidden=16, seed=1), 1),
@@ -159,12 +146,12 @@ class BreaksOn(LMDrafter):
         return super().propose(ids, gamma, sampling, generator)
 
 
-def test_a_failing_method_never_takes_the_others_down(tmp_path, pair, table_path, capsys):
+def test_a_failing_method_never_takes_the_others_down(tmp_path, bench_pair, bench_table_path, capsys):
     """speculative raises on prompt b, medusa cannot even be built (no heads for a tiny target): both are recorded
     as failed, with their errors in the result, the summary, the provenance and on stderr; every other method is
     written and summarised; a restart tries only the missing records again."""
-    cfg = config(table_path, methods=("ar", "speculative", "prompt-lookup", "medusa"), repeats=1)
-    result = run(cfg, tmp_path, pair, drafters={"speculative": BreaksOn(pair[1].model, PROMPTS[1].ids)})
+    cfg = config(bench_table_path, methods=("ar", "speculative", "prompt-lookup", "medusa"), repeats=1)
+    result = run(cfg, tmp_path, bench_pair, drafters={"speculative": BreaksOn(bench_pair[1].model, PROMPTS[1].ids)})
     assert set(result.failed) == {"speculative", "medusa"}
     assert result.failed["speculative"] == {"error": "RuntimeError", "message": "the drafter broke",
                                             "where": "prompt b, repeat 0"}
@@ -177,7 +164,7 @@ def test_a_failing_method_never_takes_the_others_down(tmp_path, pair, table_path
     assert json.loads((tmp_path / "provenance.json").read_text())["failed"] == result.failed
 
     written = []
-    again = run(cfg, tmp_path, pair, on_record=written.append)  # speculative with its own drafter now
+    again = run(cfg, tmp_path, bench_pair, on_record=written.append)  # speculative with its own drafter now
     assert [(r["method"], r["prompt_id"]) for r in written] == [("speculative", "b"), ("speculative", "c")]
     assert set(again.failed) == {"medusa"} and {r["method"]: r for r in again.summary}["speculative"]["n"] == 3
 
@@ -193,26 +180,26 @@ class PlainDraft(torch.nn.Module):
         return self.inner(**kwargs)
 
 
-def test_hf_assisted_is_skipped_for_a_draft_transformers_cannot_run(tmp_path, pair, table_path):
-    target, draft = pair
+def test_hf_assisted_is_skipped_for_a_draft_transformers_cannot_run(tmp_path, bench_pair, bench_table_path):
+    target, draft = bench_pair
     plain = LoadedModel("plain", PlainDraft(draft.model), None)
-    cfg = config(table_path, methods=("ar", "speculative", "hf-assisted"), repeats=1)
+    cfg = config(bench_table_path, methods=("ar", "speculative", "hf-assisted"), repeats=1)
     result = run_bench(cfg, tmp_path, target=target, draft=plain, prompts=PROMPTS[:1], progress=False)
     rows = {r["method"]: r for r in result.summary}
     assert rows["speculative"]["n"] == 1 and rows["hf-assisted"]["n"] == 0
     assert "not a transformers generation model" in result.provenance["sessions"][0]["skipped"]["hf-assisted"]
 
 
-def test_hf_assisted_runs_a_reduced_vocabulary_draft(tmp_path, pair, table_path):
+def test_hf_assisted_runs_a_reduced_vocabulary_draft(tmp_path, bench_pair, bench_table_path):
     """transformers runs our reduced-vocabulary draft through a wrapper and, at T = 0, proposes and keeps
     what our loop does: the same tokens as greedy decoding."""
-    target, _ = pair
+    target, _ = bench_pair
     reduced = draft_from_target(target.model, torch.arange(0, 32, 2), n_layers=1).eval().requires_grad_(False)
     assistant = as_assistant(reduced)
     ids = torch.tensor([PROMPTS[0].ids])  # [1, T]
     assert assistant.config.vocab_size == 32 and reduced.config.vocab_size == 17  # 16 kept + "other"
     assert torch.equal(assistant(input_ids=ids).logits, reduced(input_ids=ids).logits)
-    cfg = config(table_path, methods=("ar", "speculative", "hf-assisted"), repeats=1)
+    cfg = config(bench_table_path, methods=("ar", "speculative", "hf-assisted"), repeats=1)
     result = run_bench(cfg, tmp_path, target=target, draft=LoadedModel("reduced", reduced, None),
                        prompts=PROMPTS, progress=False)
     rows = {r["method"]: r for r in result.summary}
@@ -222,25 +209,25 @@ def test_hf_assisted_runs_a_reduced_vocabulary_draft(tmp_path, pair, table_path)
     assert all(r["draft_calls"] > 0 for r in records)
     # Sampling: transformers divides p by the q of each proposed token; the -inf logits outside the kept
     # ids give q = 0 only where nothing is ever proposed.
-    sampled = run_bench(config(table_path, methods=("ar", "hf-assisted"), repeats=1, temperature=1.0),
+    sampled = run_bench(config(bench_table_path, methods=("ar", "hf-assisted"), repeats=1, temperature=1.0),
                         tmp_path / "t1", target=target, draft=LoadedModel("reduced", reduced, None),
                         prompts=PROMPTS, progress=False)
     assert {r["method"]: r["n"] for r in sampled.summary}["hf-assisted"] == len(PROMPTS)
     assert all(0 <= t < 32 for r in load_records(tmp_path / "t1") for t in r["token_ids"])
 
 
-def test_config_validation(table_path):
+def test_config_validation(bench_table_path):
     with pytest.raises(ValueError, match="unknown method"):
-        config(table_path, methods=("ar", "no-such-method"))
+        config(bench_table_path, methods=("ar", "no-such-method"))
     with pytest.raises(ValueError, match="twice"):
-        config(table_path, methods=("ar", "ar"))
+        config(bench_table_path, methods=("ar", "ar"))
 
 
-def test_variants_run_side_by_side_at_their_own_dtype_and_gamma(tmp_path, pair, table_path):
+def test_variants_run_side_by_side_at_their_own_dtype_and_gamma(tmp_path, bench_pair, bench_table_path):
     """One run, several (dtype, γ) variants: each labelled row at its dtype; auto dtypes resolved from the
     session's profiles with the reason kept; gamma auto records the γ of every step."""
     methods = ("ar", "ar:bf16", "speculative:g1", "speculative:bf16:g2", "prompt-lookup:gauto", "speculative:auto:gauto")
-    result = run(config(table_path, methods=methods, repeats=1), tmp_path, pair)
+    result = run(config(bench_table_path, methods=methods, repeats=1), tmp_path, bench_pair)
     rows = {r["method"]: r for r in result.summary}
     assert rows["ar:bf16"]["dtype"] == "bf16" and rows["speculative:g1"]["dtype"] == "fp32"
     assert rows["speculative:g1"]["gamma"] == 1 and rows["prompt-lookup:gauto"]["gamma"] == "auto"
@@ -273,8 +260,8 @@ def test_variant_labels_are_checked():
         Variant.parse("hf-assisted:compiled", None, 4)
 
 
-def test_target_corpus_is_what_the_target_generates(pair):
-    target, _ = pair
+def test_target_corpus_is_what_the_target_generates(bench_pair):
+    target, _ = bench_pair
     greedy = target_corpus(target, PROMPTS, 6, SamplingConfig(temperature=0.0), batch_size=2)
     assert len(greedy) == len(PROMPTS)
     for prompt, seq in zip(PROMPTS, greedy):  # left padding changes nothing: greedy continuations match ours

@@ -5,13 +5,11 @@ from __future__ import annotations
 import json
 
 import pytest
-import torch
 
 from specrepro.bench import BenchConfig, BenchPrompt, load_records, run_bench
 from specrepro.bench_summary import run_wall
-from specrepro.drafters import PromptLookupDrafter, fit_ngram
+from specrepro.drafters import PromptLookupDrafter
 from specrepro.metrics.profile import Profile
-from specrepro.models import LoadedModel, layer_skip_draft, tiny_model
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -20,34 +18,21 @@ PROMPTS = [BenchPrompt("a", [5, 7, 9, 11, 5, 7]), BenchPrompt("b", [3, 4, 3, 4, 
            BenchPrompt("c", [8, 1, 6, 1, 8, 1, 6, 2, 9])]  # ragged: batches [a, b] and [c] at B = 2
 
 
-@pytest.fixture(scope="module")
-def pair():
-    target = LoadedModel("tiny", tiny_model(vocab_size=32, n_layers=2, hidden=16, seed=0), None)
-    return target, LoadedModel("layers:1", layer_skip_draft(target.model, 1), None)
-
-
-@pytest.fixture(scope="module")
-def table_path(tmp_path_factory):
-    g = torch.Generator().manual_seed(0)
-    table = fit_ngram(torch.randint(0, 32, (10, 10), generator=g).tolist(), 32, order=2)
-    return str(table.save(tmp_path_factory.mktemp("ngram") / "bigram.npz"))
-
-
-def config(table_path, **changes) -> BenchConfig:
+def config(bench_table_path, **changes) -> BenchConfig:
     base = dict(methods=METHODS, target="tiny", draft="layers:1", prompts="test", max_new_tokens=8, gamma=3,
-                repeats=1, ngram_table=table_path, warmup_tokens=2, cost_repeats=2)
+                repeats=1, ngram_table=bench_table_path, warmup_tokens=2, cost_repeats=2)
     return BenchConfig(**{**base, **changes})
 
 
-def run(cfg, out, pair, **kw):
-    target, draft = pair
+def run(cfg, out, bench_pair, **kw):
+    target, draft = bench_pair
     return run_bench(cfg, out, target=target, draft=draft, prompts=PROMPTS, progress=False, **kw)
 
 
 @pytest.mark.parametrize("temperature", [0.0, 1.0])
-def test_a_batched_bench_gives_every_prompt_its_batch_1_tokens(tmp_path, pair, table_path, temperature):
-    one = run(config(table_path, temperature=temperature), tmp_path / "b1", pair)
-    two = run(config(table_path, temperature=temperature, batch_size=2), tmp_path / "b2", pair)
+def test_a_batched_bench_gives_every_prompt_its_batch_1_tokens(tmp_path, bench_pair, bench_table_path, temperature):
+    one = run(config(bench_table_path, temperature=temperature), tmp_path / "b1", bench_pair)
+    two = run(config(bench_table_path, temperature=temperature, batch_size=2), tmp_path / "b2", bench_pair)
     key = lambda r: (r["method"], r["prompt_id"], r["repeat"])
     tokens_1 = {key(r): r["token_ids"] for r in one.records}
     assert {key(r): r["token_ids"] for r in two.records} == tokens_1  # each row's tokens: its batch-1 run's
@@ -62,8 +47,8 @@ def test_a_batched_bench_gives_every_prompt_its_batch_1_tokens(tmp_path, pair, t
     assert rows["ar"]["speedup"] == 1.0 and rows["speculative"]["predicted_speedup"] is not None
 
 
-def test_throughput_counts_a_batch_once_and_latency_per_row(tmp_path, pair, table_path):
-    result = run(config(table_path, methods=("ar", "prompt-lookup"), batch_size=2), tmp_path, pair)
+def test_throughput_counts_a_batch_once_and_latency_per_row(tmp_path, bench_pair, bench_table_path):
+    result = run(config(bench_table_path, methods=("ar", "prompt-lookup"), batch_size=2), tmp_path, bench_pair)
     for row in result.summary:
         recs = [r for r in result.records if r["method"] == row["method"]]
         batches = {(r["batch"], r["repeat"]): r["provenance"]["batch"]["wall_time_s"] for r in recs}
@@ -83,8 +68,8 @@ def test_run_wall_of_batch_1_records_is_their_sum():
     assert run_wall(recs) == 3.5
 
 
-def test_an_interrupted_batched_bench_resumes_without_duplicates(tmp_path, pair, table_path):
-    cfg = config(table_path, methods=("ar", "prompt-lookup"), batch_size=2)
+def test_an_interrupted_batched_bench_resumes_without_duplicates(tmp_path, bench_pair, bench_table_path):
+    cfg = config(bench_table_path, methods=("ar", "prompt-lookup"), batch_size=2)
     seen = []
 
     def stop_after_three(record):
@@ -93,36 +78,36 @@ def test_an_interrupted_batched_bench_resumes_without_duplicates(tmp_path, pair,
             raise KeyboardInterrupt
 
     with pytest.raises(KeyboardInterrupt):
-        run(cfg, tmp_path, pair, on_record=stop_after_three)
+        run(cfg, tmp_path, bench_pair, on_record=stop_after_three)
     assert len(load_records(tmp_path)) == 3
-    result = run(cfg, tmp_path, pair)
+    result = run(cfg, tmp_path, bench_pair)
     keys = [(r["method"], r["prompt_id"], r["repeat"]) for r in load_records(tmp_path)]
     assert len(keys) == len(set(keys)) == 2 * len(PROMPTS)
     assert len(result.records) == 2 * len(PROMPTS)
 
 
-def test_a_run_written_before_batch_size_resumes_at_batch_1(tmp_path, pair, table_path):
-    cfg = config(table_path, methods=("ar",))
-    run(cfg, tmp_path, pair)
+def test_a_run_written_before_batch_size_resumes_at_batch_1(tmp_path, bench_pair, bench_table_path):
+    cfg = config(bench_table_path, methods=("ar",))
+    run(cfg, tmp_path, bench_pair)
     stored = json.loads((tmp_path / "config.json").read_text())
     del stored["batch_size"]
     (tmp_path / "config.json").write_text(json.dumps(stored))
-    assert len(run(cfg, tmp_path, pair).records) == len(PROMPTS)  # resumed, not refused
+    assert len(run(cfg, tmp_path, bench_pair).records) == len(PROMPTS)  # resumed, not refused
     with pytest.raises(ValueError, match="other arguments.*batch_size: stored 1, now 2"):
-        run(config(table_path, methods=("ar",), batch_size=2), tmp_path, pair)
+        run(config(bench_table_path, methods=("ar",), batch_size=2), tmp_path, bench_pair)
 
 
-def test_what_cannot_batch_is_refused_before_anything_runs(tmp_path, pair, table_path):
+def test_what_cannot_batch_is_refused_before_anything_runs(tmp_path, bench_pair, bench_table_path):
     with pytest.raises(ValueError, match=r"method 'mjsd' cannot batch \(batch size 4\): batched decoding runs ar, "):
-        config(table_path, methods=("ar", "mjsd"), batch_size=4)
+        config(bench_table_path, methods=("ar", "mjsd"), batch_size=4)
     with pytest.raises(ValueError, match="'hf-ar' cannot batch"):
-        config(table_path, methods=("ar", "hf-ar"), batch_size=2)
+        config(bench_table_path, methods=("ar", "hf-ar"), batch_size=2)
     with pytest.raises(ValueError, match="gamma auto runs at batch size 1"):
-        config(table_path, methods=("ar", "prompt-lookup:gauto"), batch_size=2)
+        config(bench_table_path, methods=("ar", "prompt-lookup:gauto"), batch_size=2)
     with pytest.raises(ValueError, match="--batch-size must be an integer >= 1"):
-        config(table_path, batch_size=0)
+        config(bench_table_path, batch_size=0)
     with pytest.raises(ValueError, match="drafters passed in .* run at batch size 1"):
-        run(config(table_path, methods=("ar", "prompt-lookup"), batch_size=2), tmp_path / "x", pair,
+        run(config(bench_table_path, methods=("ar", "prompt-lookup"), batch_size=2), tmp_path / "x", bench_pair,
             drafters={"prompt-lookup": PromptLookupDrafter()})
     assert not (tmp_path / "x").exists()
 
@@ -133,3 +118,12 @@ def test_bench_batch_size_flag_refuses_before_any_model_loads(tmp_path, capsys):
                  "--out", str(tmp_path / "o"), "--draft", "layers:4"]) == 2
     assert "'spectr' cannot batch" in capsys.readouterr().err
     assert not (tmp_path / "o").exists()
+
+
+def test_a_batched_step_is_costed_at_its_padded_width():
+    from specrepro.bench import _cost_context
+    prompts = [BenchPrompt(str(i), [1] * n) for i, n in enumerate((10, 50, 20, 30, 12, 14))]
+    one = dict(methods=("ar",), target="t", max_new_tokens=8)
+    assert len(_cost_context(prompts, BenchConfig(**one), 2048, 5)) == 17 + 4  # median prompt + half the tokens
+    # batches (10, 50), (20, 30), (12, 14): each step attends over its longest row; the median of those
+    assert len(_cost_context(prompts, BenchConfig(**one, batch_size=2), 2048, 5)) == 30 + 4
