@@ -180,9 +180,11 @@ class BenchPoint:
     tokens_per_call: float
     mean_proposed: float | None  # mean γ (chain) or tree depth offered
     tree_size: float | None  # mean nodes scored per call (token-tree methods)
+    batch_size: int = 1  # prompts decoded at once (bench --batch-size); speedup then over batched AR at that B
 
     def label(self) -> str:
-        return f"{self.method} ({self.dtype}), {self.device}, T = {self.temperature:g}"
+        batch = f", B = {self.batch_size}" if self.batch_size > 1 else ""
+        return f"{self.method} ({self.dtype}), {self.device}, T = {self.temperature:g}{batch}"
 
 
 def _float(text: str) -> float | None:
@@ -207,7 +209,7 @@ def bench_points(folder: Path = BENCH_DIR) -> list[BenchPoint]:
                     device=device, temperature=float(config["temperature"]), alpha=_float(row["alpha"]),
                     speedup=float(row["speedup"]), predicted=_float(row["predicted_speedup"]),
                     tokens_per_call=float(row["tokens_per_call"]), mean_proposed=_float(row["mean_proposed"]),
-                    tree_size=trees.get(row["method"])))
+                    tree_size=trees.get(row["method"]), batch_size=int(config.get("batch_size", 1))))
     return points
 
 
@@ -272,7 +274,8 @@ def _measured(ax, points: list[BenchPoint], x: Callable[[BenchPoint], float | No
             continue
         ax.scatter([x(p) for p in group], [y(p) for p in group], marker="DsP^v"[k % 5], s=28, edgecolors="black",
                    linewidths=0.6, zorder=6, color=f"C{3 + k}",
-                   label=f"measured, bench {bench}: {group[0].device}, T = {group[0].temperature:g}")
+                   label=f"measured, bench {bench}: {group[0].device}, T = {group[0].temperature:g}"
+                         + (f", B = {group[0].batch_size} (over batched AR)" if group[0].batch_size > 1 else ""))
         for p in group if len(group) <= 4 else []:  # a larger bench's labels would cover each other
             ax.annotate(f"{p.method} {p.dtype}", (x(p), y(p)), fontsize=5.5, xytext=(3, 2),
                         textcoords="offset points", color="0.25")

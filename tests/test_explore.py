@@ -72,6 +72,8 @@ def test_the_committed_benches_give_points_with_their_device():
     assert {p.base for p in points} >= {"speculative", "prompt-lookup", "medusa"}
     trees = [p for p in points if p.base in ex.TREE_METHODS]
     assert trees and all(p.tree_size is not None and p.tree_size >= 1 for p in trees)
+    batched = [p for p in points if p.bench == "batch-b8"]  # bench --batch-size 8: its points say so
+    assert batched and all(p.batch_size == 8 and p.label().endswith("B = 8") for p in batched)
 
 
 @pytest.mark.parametrize("draw", [ex.tokens_figure, ex.speedup_figure, ex.tree_figure, ex.moe_figure,
