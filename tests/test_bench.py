@@ -23,6 +23,8 @@ from specrepro.models import LoadedModel, layer_skip_draft, tiny_model
 METHODS = ("ar", "speculative", "prompt-lookup", "bigram", "hf-ar", "hf-assisted", "hf-prompt-lookup")
 
 
+from tests.helpers import run_tiny_bench, tiny_bench_config
+
 pytestmark = pytest.mark.usefixtures("one_thread")
 
 
@@ -31,14 +33,11 @@ PROMPTS = [BenchPrompt("a", [5, 7, 9, 11, 5, 7]), BenchPrompt("b", [3, 4, 3, 4, 
 
 
 def config(bench_table_path, **changes) -> BenchConfig:
-    base = dict(methods=METHODS, target="tiny", draft="layers:1", prompts="test", max_new_tokens=8, gamma=3,
-                repeats=2, ngram_table=bench_table_path, warmup_tokens=2, cost_repeats=2)
-    return BenchConfig(**{**base, **changes})
+    return tiny_bench_config(bench_table_path, **{"methods": METHODS, "repeats": 2, **changes})
 
 
 def run(cfg, out, bench_pair, **kw):
-    target, draft = bench_pair
-    return run_bench(cfg, out, target=target, draft=draft, prompts=PROMPTS, progress=False, **kw)
+    return run_tiny_bench(cfg, out, bench_pair, PROMPTS, **kw)
 
 
 def test_writes_records_summary_provenance(tmp_path, bench_pair, bench_table_path):

@@ -6,10 +6,12 @@ import json
 
 import pytest
 
-from specrepro.bench import BenchConfig, BenchPrompt, load_records, run_bench
+from specrepro.bench import BenchConfig, BenchPrompt, load_records
 from specrepro.bench_summary import run_wall
 from specrepro.drafters import PromptLookupDrafter
 from specrepro.metrics.profile import Profile
+
+from tests.helpers import run_tiny_bench, tiny_bench_config
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -19,14 +21,11 @@ PROMPTS = [BenchPrompt("a", [5, 7, 9, 11, 5, 7]), BenchPrompt("b", [3, 4, 3, 4, 
 
 
 def config(bench_table_path, **changes) -> BenchConfig:
-    base = dict(methods=METHODS, target="tiny", draft="layers:1", prompts="test", max_new_tokens=8, gamma=3,
-                repeats=1, ngram_table=bench_table_path, warmup_tokens=2, cost_repeats=2)
-    return BenchConfig(**{**base, **changes})
+    return tiny_bench_config(bench_table_path, **{"methods": METHODS, **changes})
 
 
 def run(cfg, out, bench_pair, **kw):
-    target, draft = bench_pair
-    return run_bench(cfg, out, target=target, draft=draft, prompts=PROMPTS, progress=False, **kw)
+    return run_tiny_bench(cfg, out, bench_pair, PROMPTS, **kw)
 
 
 @pytest.mark.parametrize("temperature", [0.0, 1.0])
