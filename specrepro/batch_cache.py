@@ -36,6 +36,8 @@ from transformers import DynamicCache
 from transformers.cache_utils import DynamicLayer
 
 from . import tree
+from .engine import SLOT_BLOCK, engine_of
+from .engine.session import run as engine_run
 from .kvcache import TREE_ATTENTION, common_prefix, drop_last
 
 
@@ -60,6 +62,10 @@ class BatchCache:
         self.model = model
         self.device = next(model.parameters()).device
         self.dtype = model.get_input_embeddings().weight.dtype
+        self.engine = engine_of(model)
+        if self.engine is not None:  # the engine's static cache: S is a length, the buffer is preallocated
+            self.kv = self.engine.new_cache(batch_size, SLOT_BLOCK)
+            self._slots = 0
         self.cache = DynamicCache(config=model.config)
         odd = {type(layer).__name__ for layer in self.cache.layers if type(layer) is not DynamicLayer}
         if odd:
@@ -75,7 +81,7 @@ class BatchCache:
     @property
     def n_slots(self) -> int:
         """S, the shared slot axis' length."""
-        return self.cache.get_seq_length()
+        return self.cache.get_seq_length() if self.engine is None else self._slots
 
     # ------------------------------------------------------------------------------------------------- scoring
 
@@ -113,21 +119,31 @@ class BatchCache:
         self._crop()
         m = max(len(row) for row in new if row is not None)
         n = max(t.numel() for t in tokens)
-        input_ids, positions, mask = self._inputs(new, tokens, parents, m, n)
-        with torch.inference_mode():
-            out = self.model(input_ids=input_ids, attention_mask=mask, position_ids=positions,
-                             past_key_values=self.cache, use_cache=True, logits_to_keep=n + 1,
-                             output_hidden_states=output_hidden)
+        input_ids, positions, allowed = self._inputs(new, tokens, parents, m, n)
+        if self.engine is not None:
+            states = engine_run(self.engine, self.kv, self.engine.embed(input_ids.to(self.device)), positions,
+                                allowed, self._slots)[-1]  # [B, Q, H] the final-norm output
+            self._slots += m + n
+            logits = self.engine.logits(states[:, -(n + 1):])  # [B, N+1, V]
+        else:
+            # Additive float, 0 = attend (eager adds it to the scores, SDPA takes it as attn_mask), as CachedModel's.
+            mask = torch.zeros(allowed.shape, dtype=self.dtype).masked_fill_(~allowed, torch.finfo(self.dtype).min)
+            with torch.inference_mode():
+                out = self.model(input_ids=input_ids.to(self.device), attention_mask=mask[:, None].to(self.device),
+                                 position_ids=positions.to(self.device), past_key_values=self.cache, use_cache=True,
+                                 logits_to_keep=n + 1, output_hidden_states=output_hidden)
+            logits = out.logits[:, -(n + 1):]  # [B, N+1, V] (a model that ignores logits_to_keep returns all Q rows)
+            # transformers 5 ties hidden_states[-1] to the final-norm output the LM head reads (as CachedModel does)
+            states = out.hidden_states[-1] if output_hidden else None
         self.pending = PendingStep(n_slots=self.n_slots - (m + n), m=m, new=tuple(new),
                                    tokens=tuple(tuple(t.tolist()) for t in tokens), parents=tuple(parents))
-        logits = out.logits[:, -(n + 1):]  # [B, N+1, V] (a model that ignores logits_to_keep returns all Q rows)
-        # transformers 5 ties hidden_states[-1] to the final-norm output the LM head reads (as CachedModel does)
-        hidden = out.hidden_states[-1][:, m - 1:] if output_hidden else None  # [B, N+1, H]
+        hidden = states[:, m - 1:] if output_hidden else None  # [B, N+1, H]
         return logits, hidden
 
     def _inputs(self, new: list[tuple[int, ...] | None], tokens: list[torch.Tensor], parents: list[torch.Tensor],
                 m: int, n: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """input ids [B, Q], position ids [B, Q] and the additive mask [B, 1, Q, S+Q] (Q = M + N) of one forward."""
+        """input ids [B, Q], position ids [B, Q] and which slots each column sees, allowed [B, Q, S+Q] (Q = M + N),
+        on the CPU."""
         s, q = self.n_slots, m + n
         input_ids = torch.zeros(self.batch_size, q, dtype=torch.long)  # padding: token 0, position 0, masked
         positions = torch.zeros(self.batch_size, q, dtype=torch.long)
@@ -148,9 +164,7 @@ class BatchCache:
             allowed[b, first:m, s + first:s + m] = torch.ones(m_b, m_b, dtype=torch.bool).tril()
             allowed[b, m:m + n_b, s + first:s + m] = True  # nodes see every committed token (the last is the root)
             allowed[b, m:m + n_b, s + m:s + m + n_b] = tree.ancestor_mask(parents[b])
-        # Additive float, 0 = attend (eager adds it to the scores, SDPA takes it as attn_mask), as CachedModel's.
-        mask = torch.zeros(allowed.shape, dtype=self.dtype).masked_fill_(~allowed, torch.finfo(self.dtype).min)
-        return input_ids.to(self.device), positions.to(self.device), mask[:, None].to(self.device)
+        return input_ids, positions, allowed
 
     def _check_rows(self, ids: list[list[int] | None], tokens: list[torch.Tensor],
                     parents: list[torch.Tensor]) -> list[int]:
@@ -202,7 +216,10 @@ class BatchCache:
             dst += list(range(length, length + len(cols)))
             self.rows[b].extend(row)
             self.rows[b].extend(step.tokens[b][i] for i in path)
-        if src != dst:
+        if src != dst and self.engine is not None:
+            with torch.inference_mode():
+                self.kv.move(*(torch.tensor(i, device=self.device) for i in (batch_idx, src, dst)))
+        elif src != dst:
             with torch.inference_mode():
                 for layer in self.cache.layers:
                     if layer.is_initialized:  # keys/values [B, H, S, D]: gather within each row
@@ -227,21 +244,39 @@ class BatchCache:
             raise ValueError("rows leave after keep, not while a step is pending")
         if not keep or len(set(keep)) != len(keep) or not all(0 <= b < self.batch_size for b in keep):
             raise ValueError(f"keep must name distinct rows of the {self.batch_size}, at least one; got {keep}")
-        self.cache.batch_select_indices(torch.tensor(keep, dtype=torch.long, device=self.device))
+        rows = torch.tensor(keep, dtype=torch.long, device=self.device)
+        if self.engine is not None:
+            self.kv.select(rows)
+        else:
+            self.cache.batch_select_indices(rows)
         self.rows = [self.rows[b] for b in keep]
         self._crop()
 
     def _crop(self) -> None:
         """Drop the slots past the longest row (the common suffix of holes)."""
         longest = max(len(row) for row in self.rows)
-        if self.n_slots > longest:
+        if self.n_slots > longest and self.engine is not None:
+            self._slots = longest  # the static cache: the slots past it are simply written again later
+        elif self.n_slots > longest:
             drop_last(self.cache, self.n_slots - longest)
+
+    def layer_entries(self) -> list[tuple[torch.Tensor, torch.Tensor]]:
+        """Each layer's keys and values over the S slots, [B, Hkv, S, D] (views), whichever cache holds them."""
+        if self.engine is not None:
+            s = self._slots
+            return [(self.kv.k[i, :, :, :s], self.kv.v[i, :, :, :s]) for i in range(self.kv.k.shape[0])]
+        return [(layer.keys, layer.values) for layer in self.cache.layers if layer.is_initialized]
 
     def check(self) -> None:
         """Every layer holds B rows of S = max_b L_b slots; no step is pending."""
         if self.pending is not None:
             raise AssertionError("a scored step is pending (call keep)")
         expected = (self.batch_size, max(len(row) for row in self.rows))
+        if self.engine is not None:
+            if (self.kv.batch, self._slots) != expected or self.kv.capacity < self._slots:
+                raise AssertionError(f"the static cache holds {self.kv.batch} rows of {self._slots} slots (capacity "
+                                     f"{self.kv.capacity}), expected {expected[0]} rows of {expected[1]} slots")
+            return
         for layer in self.cache.layers:
             if layer.is_initialized and layer.keys.numel() and (layer.keys.shape[0], layer.keys.shape[-2]) != expected:
                 raise AssertionError(f"a cache layer holds {tuple(layer.keys.shape)}, expected {expected[0]} rows of "
@@ -250,6 +285,8 @@ class BatchCache:
 
 def check_batchable(model: torch.nn.Module) -> None:
     """One clear error for a model the batch cache cannot drive: it needs a custom 4D mask and per-row position ids."""
+    if engine_of(model) is not None:
+        return  # the engine always takes both
     impl = getattr(model.config, "_attn_implementation", None)
     if impl not in TREE_ATTENTION:
         raise ValueError(f"batched decoding passes a custom 4D attention mask, which attn_implementation {impl!r} "

@@ -99,3 +99,11 @@ def run_dir(name: str, *config: Any, code: Iterable[Path | str] = (), root: Path
                                    "package_sha256": package_digest(), "code": [str(p) for p in code]}, indent=1))
         os.replace(tmp, key_file)
     return folder
+
+
+def inductor_cache() -> Path:
+    """Point inductor's on-disk cache (compiled graphs, autotuning) at ``$SPECREPRO_CACHE/inductor``, unless the user
+    set ``TORCHINDUCTOR_CACHE_DIR``: compilation is paid once per machine, model, dtype and shape bucket."""
+    folder = Path(os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", str(cache_root() / "inductor")))
+    folder.mkdir(parents=True, exist_ok=True)
+    return folder

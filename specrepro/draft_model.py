@@ -46,6 +46,11 @@ class ReducedVocabDraft(torch.nn.Module):
     def get_input_embeddings(self) -> torch.nn.Embedding:
         return self.model.embed_tokens
 
+    def reduced_engine_parts(self):
+        """What ``specrepro.engine.attach`` runs: (decoder, head [N, H], token_map [V], kept_ids [N], V)."""
+        return self.model, self.model.embed_tokens.weight[: self.n_kept], self.token_map, self.kept_ids, \
+            self.output_vocab_size
+
     def reduced_logits(self, input_ids: torch.Tensor, past_key_values=None, use_cache: bool | None = None,
                        attention_mask: torch.Tensor | None = None) -> tuple[torch.Tensor, object]:
         """Logits over the kept ids only: [B, T, N] (the training loss reads these), and the cache."""

@@ -25,6 +25,8 @@ from transformers import DynamicCache
 from transformers.cache_utils import DynamicLayer
 
 from . import tree
+from .engine import SLOT_BLOCK, engine_of
+from .engine.session import run as engine_run
 
 # Attention implementations that take a custom 4D additive float mask as-is (transformers >= 5: a 4D
 # ``attention_mask`` skips mask creation in ``masking_utils._preprocess_mask_arguments`` and reaches the
@@ -69,21 +71,44 @@ class PendingTree:
 
 
 class CachedModel:
-    """Batch size 1: ``ids`` is one sequence. Batched decoding is a later goal."""
+    """Batch size 1: ``ids`` is one sequence (``specrepro.batch_cache`` holds B of them).
+
+    Two backends hold the keys and values: the engine's static cache (``specrepro.engine``: preallocated, written
+    by slot, a drop is a shorter length) when the model carries an engine (``engine.attach``), else transformers'
+    ``DynamicCache`` (cropped). ``backend`` says which ran.
+    """
 
     def __init__(self, model: torch.nn.Module):
         self.model = model
         self.device = next(model.parameters()).device
+        self.engine = engine_of(model)
         self.reset()
 
+    @property
+    def backend(self) -> str:
+        return "transformers" if self.engine is None else self.engine.name
+
     def reset(self) -> None:
-        self.cache = DynamicCache(config=self.model.config)
+        if self.engine is None:
+            self.cache = DynamicCache(config=self.model.config)
+        else:
+            self.kv = self.engine.new_cache(1, SLOT_BLOCK)
+            self._slots = 0  # slots [0, _slots) hold ids then a pending tree's nodes
         self.ids: list[int] = []  # committed tokens whose keys/values are in the cache, at positions 0..len-1
         self.tree: PendingTree | None = None  # nodes cached after self.ids by logits_for_tree, not yet kept
 
     @property
     def cache_len(self) -> int:
-        return self.cache.get_seq_length()
+        return self.cache.get_seq_length() if self.engine is None else self._slots
+
+    def _drop(self, n: int) -> None:
+        """Drop the newest n cached positions: a crop of transformers' cache, a shorter length of the engine's."""
+        if self.engine is None:
+            drop_last(self.cache, n)
+        elif not 0 <= n <= self._slots:
+            raise ValueError(f"can only drop 0..{self._slots} positions, got {n}")
+        else:
+            self._slots -= n
 
     @property
     def tracked_len(self) -> int:
@@ -91,7 +116,7 @@ class CachedModel:
 
     def _drop_tree(self) -> None:
         if self.tree is not None:
-            drop_last(self.cache, self.tree.n_nodes)
+            self._drop(self.tree.n_nodes)
             self.tree = None
 
     def rollback(self, keep: int) -> None:
@@ -99,24 +124,45 @@ class CachedModel:
         self._drop_tree()
         drop = len(self.ids) - keep
         if drop > 0:
-            drop_last(self.cache, drop)
+            self._drop(drop)
             del self.ids[keep:]
 
     def logits_for(self, ids: list[int], n_last: int = 1) -> torch.Tensor:
-        """Score ``ids``: returns logits [n_new, V] for the positions not already cached, n_new >= n_last.
+        """Score ``ids``: returns logits [n_last, V] for its last ``n_last`` positions.
 
-        Row i is the next-token distribution after ids[: len(ids) - n_new + i + 1], so the final row is
-        the next-token logits after all of ``ids``. At least the last ``n_last`` positions are computed.
+        Row i is the next-token distribution after ids[: len(ids) - n_last + i + 1], so the final row is the
+        next-token logits after all of ``ids``. The positions not already cached are run (at least n_last of them);
+        only the last n_last rows go through the LM head (a prefill pays one row of it, not one per prompt token).
         """
         if not 1 <= n_last <= len(ids):
             raise ValueError(f"n_last must be in [1, {len(ids)}], got {n_last}")
         keep = min(common_prefix(self.ids, ids), len(ids) - n_last)
         self.rollback(keep)
-        new = torch.tensor([ids[keep:]], dtype=torch.long, device=self.device)  # [1, n_new]
-        with torch.inference_mode():
-            out = self.model(input_ids=new, past_key_values=self.cache, use_cache=True)
-        self.ids.extend(ids[keep:])
-        return out.logits[0]  # [n_new, V]
+        new = ids[keep:]
+        if self.engine is not None:
+            n = len(new)
+            allowed = torch.ones(n, keep + n, dtype=torch.bool)
+            allowed[:, keep:] = torch.ones(n, n, dtype=torch.bool).tril()  # [n, kv]: the cache, then causal
+            hidden = self._engine_run(torch.tensor([new]), torch.arange(keep, keep + n)[None], allowed)
+            logits = self.engine.logits(hidden[-1][:, -n_last:])[0]  # [n_last, V]
+        else:
+            tokens = torch.tensor([new], dtype=torch.long, device=self.device)  # [1, n_new]
+            with torch.inference_mode():
+                logits = self.model(input_ids=tokens, past_key_values=self.cache, use_cache=True,
+                                    logits_to_keep=n_last).logits[0]  # [n_last, V]
+        self.ids.extend(new)
+        return logits
+
+    def _engine_run(self, tokens: torch.Tensor, positions: torch.Tensor, allowed: torch.Tensor,
+                    prompt_embeds: torch.Tensor | None = None) -> torch.Tensor:
+        """The engine's forward over tokens [1, Q'] (then any prompt_embeds [P, H]) at positions [1, Q], written
+        at slots cache_len.. and seeing ``allowed [Q, cache_len + Q]``: hidden [L+1, 1, Q, H]."""
+        x = self.engine.embed(tokens.to(self.device))  # [1, Q', H]
+        if prompt_embeds is not None:
+            x = torch.cat([x, prompt_embeds.to(x)[None]], dim=1)  # [1, Q, H]
+        hidden = engine_run(self.engine, self.kv, x, positions, allowed[None], self._slots)
+        self._slots += x.shape[1]
+        return hidden
 
     def logits_for_tree(self, ids: list[int], tokens: torch.Tensor | list[int], parents: torch.Tensor | list[int],
                         output_hidden: bool = False, prompt_embeds: torch.Tensor | None = None,
@@ -157,10 +203,30 @@ class CachedModel:
         keep = min(common_prefix(self.ids, ids), len(ids) - 1)
         self.rollback(keep)  # (drops a pending tree too)
         m, n = len(ids) - keep, tokens.numel()  # uncached committed tokens, candidate nodes
-        new = torch.tensor([ids[keep:] + tokens.tolist()], dtype=torch.long, device=self.device)  # [1, M+N]
+        new = torch.tensor([ids[keep:] + tokens.tolist()], dtype=torch.long)  # [1, M+N]
+        if self.engine is not None:
+            positions, allowed = self._tree_allowed(keep, m, parents)
+            hidden = self._engine_run(new, positions[None], allowed, prompt_embeds)  # [L+1, 1, M+N+P, H]
+            logits = self.engine.logits(hidden[-1][:, m - 1:m + n])[0]  # [N+1, V]
+            states = hidden[list(hidden_layers), 0] if output_hidden else None  # [k, M+N+P, H]
+        else:
+            logits, states = self._hf_tree(new.to(self.device), keep, m, n, parents, chain, prompt_embeds,
+                                           output_hidden, hidden_layers)
+        self.ids.extend(ids[keep:])
+        self.tree = PendingTree(n_committed=len(ids), tokens=tokens.tolist(), parents=parents[:n], n_prompt=n_prompt)
+        hidden = None
+        if output_hidden:
+            states = torch.cat(list(states), dim=-1)  # [M+N+P, F]
+            hidden = states if all_hidden else states[m - 1:]  # [M+N+P, F] or [N+1+P, F]
+        return logits, hidden
+
+    def _hf_tree(self, new: torch.Tensor, keep: int, m: int, n: int, parents: torch.Tensor, chain: bool,
+                 prompt_embeds: torch.Tensor | None, output_hidden: bool,
+                 hidden_layers: tuple[int, ...]) -> tuple[torch.Tensor, list[torch.Tensor] | None]:
+        """The transformers forward of ``logits_for_tree``: (logits [N+1, V], the asked hidden states [M+N+P, H])."""
         # A chain's tree mask and positions are the causal ones: let the model build them (cheaper, same result).
         position_ids, mask = (None, None) if chain else self._tree_inputs(keep, m, parents)
-        if n_prompt:
+        if prompt_embeds is not None:
             embed = self.model.get_input_embeddings()
             # [1, M+N+P, H]: the tokens' embeddings, then the prompt nodes' own
             inputs = {"inputs_embeds": torch.cat([embed(new), prompt_embeds.to(embed.weight)[None]], dim=1)}
@@ -170,21 +236,16 @@ class CachedModel:
         with torch.inference_mode():
             out = self.model(**inputs, attention_mask=mask, position_ids=position_ids, past_key_values=self.cache,
                              use_cache=True, logits_to_keep=keep_rows, output_hidden_states=output_hidden)
-        self.ids.extend(ids[keep:])
-        self.tree = PendingTree(n_committed=len(ids), tokens=tokens.tolist(), parents=parents[:n], n_prompt=n_prompt)
-        logits = out.logits[0, -(n + 1):]  # [N+1, V]
         # transformers 5 ties hidden_states[-1] to last_hidden_state, the final-norm output the LM head reads.
-        hidden = None
-        if output_hidden:
-            states = torch.cat([out.hidden_states[i][0] for i in hidden_layers], dim=-1)  # [M+N+P, F]
-            hidden = states if all_hidden else states[m - 1:]  # [M+N+P, F] or [N+1+P, F]
-        return logits, hidden
+        states = [out.hidden_states[i][0] for i in hidden_layers] if output_hidden else None
+        return out.logits[0, -(n + 1):], states
 
-    def _tree_inputs(self, n_cached: int, m: int, parents: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """position ids [1, M+N] and the additive tree mask [1, 1, M+N, n_cached+M+N] for the forward.
+    @staticmethod
+    def _tree_allowed(n_cached: int, m: int, parents: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """position ids [M+N+P] and which slots each column may see, allowed [M+N+P, n_cached+M+N+P] (bool).
 
-        The M committed rows see the cache and each other causally; node i sees the cache, all M committed
-        rows (the last is the tree's root) and its own root path (itself and its ancestors), nothing else.
+        The M committed columns see the cache and each other causally; node i sees the cache, all M committed
+        columns (the last is the tree's root) and its own root path (itself and its ancestors), nothing else.
         """
         n = parents.numel()
         newest = n_cached + m - 1  # position of the newest committed token, the root
@@ -194,6 +255,11 @@ class CachedModel:
         allowed[:m, n_cached:n_cached + m] = torch.ones(m, m, dtype=torch.bool).tril()
         allowed[m:, n_cached:n_cached + m] = True
         allowed[m:, n_cached + m:] = tree.ancestor_mask(parents)
+        return positions, allowed
+
+    def _tree_inputs(self, n_cached: int, m: int, parents: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """position ids [1, M+N] and the additive tree mask [1, 1, M+N, n_cached+M+N] for transformers' forward."""
+        positions, allowed = self._tree_allowed(n_cached, m, parents)
         # Additive float, 0 = attend: eager adds the mask to the scores (a bool mask would be added as 0/1),
         # SDPA takes a float mask in the query dtype, so one form serves both.
         dtype = self.model.get_input_embeddings().weight.dtype
@@ -215,13 +281,17 @@ class CachedModel:
             # crop below drops the rest. RoPE was applied before caching, at position n−1 + depth; on a root
             # path the depths are 1, 2, …, k, so each kept key already carries its new position exactly.
             src = torch.tensor(path, dtype=torch.long) + n  # [k] cache indices of the kept nodes
+            if self.engine is not None:
+                at = src.to(self.device)
+                with torch.inference_mode():
+                    self.kv.move(torch.zeros_like(at), at, torch.arange(n, n + k, device=self.device))
             with torch.inference_mode():
-                for layer in self.cache.layers:
+                for layer in self.cache.layers if self.engine is None else ():
                     if layer.is_initialized:  # (a layer sharing another's KV may hold none)
                         at = src.to(layer.keys.device)
                         layer.keys[..., n:n + k, :] = layer.keys[..., at, :]
                         layer.values[..., n:n + k, :] = layer.values[..., at, :]
-        drop_last(self.cache, n_nodes - k)
+        self._drop(n_nodes - k)
         self.ids.extend(pending.tokens[i] for i in path)
         self.tree = None
 
@@ -239,6 +309,8 @@ class CachedModel:
                              f"({len(ids)} committed tokens)")
 
     def _check_tree_attention(self) -> None:
+        if self.engine is not None:
+            return  # the engine's mask is always an input
         impl = self.model.config._attn_implementation
         if impl not in TREE_ATTENTION:
             raise ValueError(f"tree attention needs a custom 4D mask, which attn_implementation {impl!r} does not "
@@ -248,7 +320,17 @@ class CachedModel:
         if odd:
             raise ValueError(f"tree attention needs plain full-attention cache layers, this cache has {sorted(odd)}")
 
+    def layer_entries(self) -> list[tuple[torch.Tensor | None, torch.Tensor | None]]:
+        """Each layer's committed keys and values [1, Hkv, len(ids), D] (views; None for a layer that holds none),
+        for beams, which run on transformers' cache (``BeamCache``)."""
+        n = len(self.ids)
+        if self.engine is not None:
+            return [(self.kv.k[i, :, :, :n], self.kv.v[i, :, :, :n]) for i in range(self.kv.k.shape[0])]
+        return [(layer.keys, layer.values) if layer.is_initialized else (None, None) for layer in self.cache.layers]
+
     def check(self) -> None:
+        if self.engine is not None and self.kv.capacity < self._slots:
+            raise AssertionError(f"the static cache holds {self.kv.capacity} slots but {self._slots} are in use")
         if self.cache_len != self.tracked_len:
             raise AssertionError(f"cache holds {self.cache_len} positions but {len(self.ids)} token ids"
                                  + (f" and {len(self.tree.tokens)} tree nodes" if self.tree is not None else ""))
@@ -270,7 +352,8 @@ class BeamCache:
         if not lm.ids or lm.cache_len != len(lm.ids):
             raise ValueError(f"beams start from a cache that holds the committed tokens; it holds {lm.cache_len} "
                              f"positions for {len(lm.ids)} token ids (score the prefix with logits_for first)")
-        odd = {type(layer).__name__ for layer in lm.cache.layers if type(layer) is not DynamicLayer}
+        odd = {type(layer).__name__ for layer in lm.cache.layers if type(layer) is not DynamicLayer} \
+            if lm.engine is None else set()
         if odd:
             raise ValueError(f"beams need plain full-attention cache layers, this cache has {sorted(odd)}")
         self.lm = lm
@@ -278,10 +361,10 @@ class BeamCache:
         self.num_beams = 1  # beams after the last step (the committed sequence alone before the first)
         self.steps = 0  # positions each beam has added
         self.cache = DynamicCache(config=lm.model.config)
-        for mine, theirs in zip(self.cache.layers, lm.cache.layers):
-            if theirs.is_initialized:
-                mine.lazy_initialization(theirs.keys, theirs.values)
-                mine.keys, mine.values = theirs.keys, theirs.values  # [1, H, S, D], shared until the first step
+        for mine, (keys, values) in zip(self.cache.layers, lm.layer_entries()):
+            if keys is not None:
+                mine.lazy_initialization(keys, values)
+                mine.keys, mine.values = keys, values  # [1, H, S, D], shared until the first step
 
     def step(self, parents: torch.Tensor, tokens: torch.Tensor) -> torch.Tensor:
         """parents [B] (beams of the last step), tokens [B] -> logits [B, V]: row b is the next-token logits after

@@ -21,6 +21,8 @@ import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer, LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerBase
 
 from .draft_model import is_draft_folder, load_draft_model
+from .engine import ATTR as ENGINE_ATTR
+from .engine import ENGINES, attach, engine_of
 
 
 @dataclass(frozen=True)
@@ -231,21 +233,33 @@ def _unknown(name: str, err: Exception) -> ValueError:
                       f"and not loadable from the hub ({type(err).__name__}: {str(err).splitlines()[0]})")
 
 
+def check_engine(engine: str) -> None:
+    if engine not in ENGINES:
+        raise ValueError(f"unknown engine {engine!r}; choose one of {', '.join(ENGINES)}")
+
+
 def load_model(name: str, dtype: str | torch.dtype | None = None, device: str | torch.device | None = None,
-               ) -> LoadedModel:
-    """Load a causal LM and its tokenizer: a zoo name, a local folder, or a hub id (where a hub is reachable)."""
+               engine: str = "specrepro") -> LoadedModel:
+    """Load a causal LM and its tokenizer: a zoo name, a local folder, or a hub id (where a hub is reachable).
+
+    ``engine="specrepro"`` (the default) hangs the static-cache compiled engine on a Llama-family model
+    (``specrepro.engine``), which every cache then runs; "transformers" keeps transformers' own forward. A model
+    outside the family runs on transformers either way (``engine_name`` says which ran)."""
+    check_engine(engine)
     device = torch.device(device) if device is not None else default_device()
     dtype = parse_dtype(dtype, device)
     path = _model_path(name)
     if isinstance(path, Path) and is_draft_folder(path):
         model, tokenizer = load_draft_model(path, dtype=dtype, device=device)
-        return LoadedModel(name=name, model=model, tokenizer=tokenizer)
-    try:
-        model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype)
-        tokenizer = AutoTokenizer.from_pretrained(path)
-    except (OSError, ValueError) as err:
-        raise _unknown(name, err) from None
-    model.to(device).eval().requires_grad_(False)
+    else:
+        try:
+            model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype)
+            tokenizer = AutoTokenizer.from_pretrained(path)
+        except (OSError, ValueError) as err:
+            raise _unknown(name, err) from None
+        model.to(device).eval().requires_grad_(False)
+    if engine == "specrepro":
+        attach(model)
     return LoadedModel(name=name, model=model, tokenizer=tokenizer)
 
 
@@ -277,9 +291,12 @@ def layer_skip_draft(target: torch.nn.Module, k: int) -> torch.nn.Module:
     inner.layers = torch.nn.ModuleList(list(layers[:k]))
     inner.config = config
     draft = copy.copy(target)
+    draft.__dict__.pop(ENGINE_ATTR, None)  # the target's engine runs all its layers: the draft gets its own
     draft._modules = dict(target._modules)
     draft.model = inner
     draft.config = config
+    if engine_of(target) is not None:
+        attach(draft)
     return draft
 
 
@@ -294,7 +311,7 @@ def load_draft(name: str, target: LoadedModel, dtype: str | torch.dtype | None =
     else:
         device = next(target.model.parameters()).device
         draft = load_model(name, dtype=dtype if dtype is not None else next(target.model.parameters()).dtype,
-                           device=device)
+                           device=device, engine="specrepro" if engine_of(target.model) is not None else "transformers")
     check_pair(draft, target)
     return draft
 
@@ -357,8 +374,10 @@ def check_pair(draft: LoadedModel, target: LoadedModel) -> None:
 
 
 def tiny_model(vocab_size: int = 64, n_layers: int = 2, hidden: int = 32, seed: int = 0,
-               dtype: torch.dtype = torch.float32) -> torch.nn.Module:
-    """A small random Llama built from a config (no download), for tests and examples."""
+               dtype: torch.dtype = torch.float32, engine: str = "specrepro") -> torch.nn.Module:
+    """A small random Llama built from a config (no download), for tests and examples; on the engine, as a loaded
+    model is (``engine="transformers"``: transformers' forward)."""
+    check_engine(engine)
     config = LlamaConfig(vocab_size=vocab_size, hidden_size=hidden, intermediate_size=2 * hidden,
                          num_hidden_layers=n_layers, num_attention_heads=4, num_key_value_heads=2,
                          max_position_embeddings=512, tie_word_embeddings=False)
@@ -367,7 +386,10 @@ def tiny_model(vocab_size: int = 64, n_layers: int = 2, hidden: int = 32, seed: 
     # Larger logits than the default init so that tiny models have peaked, varied distributions.
     with torch.no_grad():
         model.lm_head.weight.mul_(20.0)
-    return model.to(dtype).eval().requires_grad_(False)
+    model = model.to(dtype).eval().requires_grad_(False)
+    if engine == "specrepro":
+        attach(model)
+    return model
 
 
 def main(argv: list[str] | None = None) -> None:

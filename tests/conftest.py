@@ -1,5 +1,11 @@
+import os
+
 import pytest
 import torch
+
+# The engine's code runs eagerly in tests, set before any test module builds a model (tiny models would spend longer
+# compiling than running; subprocesses inherit it): tests/test_engine.py compiles on purpose.
+os.environ.setdefault("SPECREPRO_ENGINE_COMPILE", "0")
 
 from specrepro.models import tiny_model
 
@@ -48,3 +54,4 @@ def bench_table_path(tmp_path_factory):
     g = torch.Generator().manual_seed(0)
     table = fit_ngram(torch.randint(0, 32, (10, 10), generator=g).tolist(), 32, order=2)
     return str(table.save(tmp_path_factory.mktemp("ngram") / "bigram.npz"))
+

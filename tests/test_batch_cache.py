@@ -35,9 +35,9 @@ def assert_entries_are_batch1(model, cache: BatchCache):
     for b, row in enumerate(cache.rows):
         one = CachedModel(model)
         one.logits_for(row)
-        for mine, theirs in zip(cache.cache.layers, one.cache.layers):
-            torch.testing.assert_close(mine.keys[b, :, :len(row)], theirs.keys[0], atol=1e-5, rtol=1e-5)
-            torch.testing.assert_close(mine.values[b, :, :len(row)], theirs.values[0], atol=1e-5, rtol=1e-5)
+        for (keys, values), (k1, v1) in zip(cache.layer_entries(), one.layer_entries()):
+            torch.testing.assert_close(keys[b, :, :len(row)], k1[0], atol=1e-5, rtol=1e-5)
+            torch.testing.assert_close(values[b, :, :len(row)], v1[0], atol=1e-5, rtol=1e-5)
 
 
 def test_ragged_trees_keep_paths_truncate_and_leave(tiny_pair_64):

@@ -110,9 +110,9 @@ def cached_keys_match_fresh_prefill(model, cm: CachedModel) -> None:
     fresh = DynamicCache(config=model.config)
     with torch.inference_mode():
         model(torch.tensor([cm.ids]), past_key_values=fresh, use_cache=True)
-    for ours, ref in zip(cm.cache.layers, fresh.layers):
-        torch.testing.assert_close(ours.keys, ref.keys, atol=ATOL, rtol=RTOL)
-        torch.testing.assert_close(ours.values, ref.values, atol=ATOL, rtol=RTOL)
+    for (keys, values), ref in zip(cm.layer_entries(), fresh.layers):
+        torch.testing.assert_close(keys, ref.keys, atol=ATOL, rtol=RTOL)
+        torch.testing.assert_close(values, ref.values, atol=ATOL, rtol=RTOL)
 
 
 @pytest.mark.parametrize("shape, path", [
@@ -246,8 +246,8 @@ def test_keep_path_without_a_scored_tree(target):
 
 
 def test_tree_attention_needs_a_4d_mask_implementation():
-    model = tiny_model(vocab_size=VOCAB, n_layers=1, hidden=32, seed=4)
-    model.config._attn_implementation = "flash_attention_2"  # refused before any forward runs
+    model = tiny_model(vocab_size=VOCAB, n_layers=1, hidden=32, seed=4, engine="transformers")  # (the engine's
+    model.config._attn_implementation = "flash_attention_2"  # mask is always an input) refused before any forward
     cm = CachedModel(model)
     with pytest.raises(ValueError, match="attn_implementation 'flash_attention_2'"):
         cm.logits_for_tree(PROMPT, [3, 4], [-1, -1])

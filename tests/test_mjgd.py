@@ -175,7 +175,7 @@ def test_mjgd_bad_arguments_get_one_clear_error(model):
 
 
 def cache_tensors(lm: CachedModel) -> list[torch.Tensor]:
-    return [t.clone() for layer in lm.cache.layers for t in (layer.keys, layer.values)]
+    return [t.clone() for pair in lm.layer_entries() for t in pair]
 
 
 def test_beams_leave_the_prefix_cache_as_a_fresh_forward_leaves_it(model):

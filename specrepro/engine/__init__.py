@@ -1,0 +1,59 @@
+"""The engine: everything that makes one forward fast (see README.md in this folder).
+
+``attach(model)`` builds a Llama-family model's engine and hangs it on the model, where the caches
+(``kvcache.CachedModel``, ``batch_cache.BatchCache``) find it with ``engine_of``; any other model keeps the
+transformers path. ``ENGINES`` names the two choices of ``--engine``.
+"""
+from __future__ import annotations
+
+import torch
+
+from .llama import FAMILY, LlamaStack, unsupported
+from .runner import BUCKETS, SLOT_BLOCK, Engine, Rebuild, StaticKV, bucket, warm
+
+ENGINES = ("specrepro", "transformers")  # --engine: the static-cache compiled engine, or transformers' forward
+ATTR = "specrepro_engine"  # the attribute of a model that holds its engine
+
+__all__ = ["BUCKETS", "ENGINES", "FAMILY", "SLOT_BLOCK", "Engine", "LlamaStack", "StaticKV", "attach", "bucket",
+           "detach", "engine_name", "engine_of", "unsupported", "warm"]
+
+
+def attach(model: torch.nn.Module, compiled: bool | None = None) -> Engine | None:
+    """Build ``model``'s engine and hang it on the model (None, and nothing hung, for a model outside the family).
+    A reduced-vocabulary draft (``draft_model.ReducedVocabDraft``) runs its inner Llama with its reduced head."""
+    if engine_of(model) is not None:
+        return engine_of(model)
+    inner = getattr(model, "reduced_engine_parts", None)
+    if inner is not None:
+        decoder, head, token_map, kept_ids, vocab = inner()
+        engine = Engine.build(decoder, head_weight=head, compiled=compiled)
+        if engine is not None:
+            engine.token_map, engine.kept_ids, engine.out_vocab = token_map, kept_ids, vocab
+    else:
+        engine = Engine.build(model, compiled=compiled)
+    if engine is not None:
+        object.__setattr__(model, ATTR, engine)  # a plain attribute: not a submodule, not in the state dict
+    return engine
+
+
+def detach(model: torch.nn.Module) -> None:
+    if engine_of(model) is not None:
+        object.__delattr__(model, ATTR)
+
+
+def engine_of(model: torch.nn.Module) -> Engine | None:
+    engine = model.__dict__.get(ATTR)
+    if isinstance(engine, Engine):
+        param = next(model.parameters())
+        if (param.dtype, param.device) != (engine.dtype, engine.device):  # the model was moved or cast since
+            engine = Rebuild(engine.compiled)
+    if isinstance(engine, Rebuild):  # a deep copy of a model on the engine: its engine is built on first use
+        object.__delattr__(model, ATTR)
+        return attach(model, compiled=engine.compiled)
+    return engine
+
+
+def engine_name(model: torch.nn.Module) -> str:
+    """Which engine runs ``model``: the record's provenance says it."""
+    engine = engine_of(model)
+    return "transformers" if engine is None else engine.name

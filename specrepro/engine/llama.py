@@ -1,0 +1,225 @@
+"""The Llama family's forward over a preallocated KV cache: one function of (weights, cache, inputs), nothing else.
+
+The stack is built from a transformers model's own weights (``LlamaStack.from_hf``): q/k/v fused into one
+[(Hq+2Hkv)·D, H] matrix and gate/up into one [2I, H], so a layer runs four GEMMs instead of seven; the transformers
+module keeps working, because its projections are re-pointed at row slices of the fused tensors (no copy).
+
+One forward takes the input embeddings of B rows of Q columns, each column's position (RoPE) and cache slot, and an
+additive mask over the S attended slots (0 = attend, -inf = not): the tree, the batch's holes and the padding are
+all in that mask, so a chain, a tree, a ragged batch and a padded bucket are the same graph. Each column's key and
+value are written into its slot before attention (gpt-fast's ``k_out[:, :, input_pos] = k_val``), so a rejected
+draft's entries are simply overwritten later: nothing is cropped or copied.
+
+Which models (``supports``): Llama 2/3 (any RoPE scaling transformers implements: the rotary module is the model's
+own), SmolLM2, Mistral without a sliding window shorter than the context, Qwen2 (q/k/v biases) and Qwen3 (per-head
+q/k RMSNorm). Anything else runs on the transformers path (``specrepro.kvcache``), and the run says which.
+
+Shapes: B rows, Q columns (query tokens), S attended slots, L layers, H hidden, Hq / Hkv heads, D head dim, I MLP.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+
+# transformers classes whose decoder layers this forward reproduces (checked against the reference in tests).
+FAMILY = ("LlamaForCausalLM", "MistralForCausalLM", "Qwen2ForCausalLM", "Qwen3ForCausalLM", "LlamaModel")
+
+
+@dataclass(frozen=True)
+class Shape:
+    """What the forward needs to know of a model, read from its config."""
+
+    n_layers: int  # L
+    hidden: int  # H
+    n_heads: int  # Hq
+    n_kv_heads: int  # Hkv
+    head_dim: int  # D
+    eps: float  # RMSNorm epsilon
+    qk_norm: bool  # Qwen3: RMSNorm over each head's q and k before RoPE
+    context: int  # max_position_embeddings
+
+    @property
+    def q_width(self) -> int:
+        return self.n_heads * self.head_dim
+
+    @property
+    def kv_width(self) -> int:
+        return self.n_kv_heads * self.head_dim
+
+
+def unsupported(model: torch.nn.Module) -> str | None:
+    """Why the engine cannot run ``model`` (a transformers causal LM or decoder), or None when it can."""
+    name = type(model).__name__
+    if name not in FAMILY:
+        return f"{name} is not in the engine's Llama family ({', '.join(FAMILY[:4])})"
+    config = model.config
+    if getattr(config, "hidden_act", "silu") != "silu":
+        return f"hidden_act {config.hidden_act!r} (the engine's MLP is SiLU-gated)"
+    window = getattr(config, "sliding_window", None)
+    if window is not None and getattr(config, "use_sliding_window", True) and window < config.max_position_embeddings:
+        return f"a sliding window of {window} < the context {config.max_position_embeddings}"
+    if getattr(config, "mlp_bias", False):
+        return "MLP biases"
+    decoder = model if name == "LlamaModel" else getattr(model, "model", None)
+    if decoder is None or not hasattr(decoder, "rotary_emb") or not hasattr(decoder, "layers"):
+        return f"{name} has no decoder with a rotary module"
+    return None
+
+
+def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
+    """transformers' LlamaRMSNorm: the mean square in fp32, the product in the input dtype."""
+    dtype = x.dtype
+    x32 = x.float()
+    x32 = x32 * torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + eps)
+    return weight * x32.to(dtype)
+
+
+def rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    """x [B, h, Q, D] rotated by cos/sin [B, 1, Q, D] (transformers' rotate_half convention)."""
+    half = x.shape[-1] // 2
+    rotated = torch.cat((-x[..., half:], x[..., :half]), dim=-1)
+    return x * cos + rotated * sin
+
+
+class LlamaStack(torch.nn.Module):
+    """The decoder layers and the final norm of a Llama-family model, with fused projections.
+
+    ``forward(x [B, Q, H], positions [B, Q], slots [Q], mask [B, 1, Q, S], k [L, B, Hkv, C, D], v) ->
+    hidden [L+1, B, Q, H]``: entry 0 is the input embeddings, entry i the output of layer i, entry L the final-norm
+    output the LM head reads (transformers' ``hidden_states`` convention). ``k``/``v`` (capacity C ≥ S) are written
+    in place at ``slots``; attention reads slots [0, S).
+    """
+
+    def __init__(self, shape: Shape, rotary: torch.nn.Module):
+        super().__init__()
+        self.shape = shape
+        self.rotary = rotary  # the model's own rotary module (its inv_freq and scaling)
+        self.attn_norm = torch.nn.ParameterList()
+        self.mlp_norm = torch.nn.ParameterList()
+        self.wqkv = torch.nn.ParameterList()  # [(Hq+2Hkv)·D, H] each
+        self.bqkv = torch.nn.ParameterList()  # [(Hq+2Hkv)·D] each, Qwen2 only
+        self.wo = torch.nn.ParameterList()  # [H, Hq·D]
+        self.w_gate_up = torch.nn.ParameterList()  # [2I, H]
+        self.w_down = torch.nn.ParameterList()  # [H, I]
+        self.q_norm = torch.nn.ParameterList()  # [D], Qwen3 only
+        self.k_norm = torch.nn.ParameterList()
+        self.norm = None  # final norm weight [H]
+        self.packed: dict[str, list[torch.Tensor]] | None = None  # oneDNN-prepacked weights (``prepack``)
+
+    @classmethod
+    def from_hf(cls, model: torch.nn.Module) -> "LlamaStack":
+        """Fuse ``model``'s projections (re-pointing its own modules at slices of the fused tensors)."""
+        why = unsupported(model)
+        if why is not None:
+            raise ValueError(f"the engine cannot run this model: {why}")
+        decoder = model if type(model).__name__ == "LlamaModel" else model.model
+        config = model.config
+        head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
+        shape = Shape(n_layers=len(decoder.layers), hidden=config.hidden_size, n_heads=config.num_attention_heads,
+                      n_kv_heads=config.num_key_value_heads, head_dim=head_dim, eps=float(config.rms_norm_eps),
+                      qk_norm=hasattr(decoder.layers[0].self_attn, "q_norm"),
+                      context=int(config.max_position_embeddings))
+        stack = cls(shape, decoder.rotary_emb)
+        with torch.no_grad():
+            for layer in decoder.layers:
+                attn, mlp = layer.self_attn, layer.mlp
+                stack.attn_norm.append(layer.input_layernorm.weight)
+                stack.mlp_norm.append(layer.post_attention_layernorm.weight)
+                stack.wqkv.append(_fuse([attn.q_proj, attn.k_proj, attn.v_proj]))
+                if attn.q_proj.bias is not None:
+                    stack.bqkv.append(_fuse_bias([attn.q_proj, attn.k_proj, attn.v_proj]))
+                stack.wo.append(attn.o_proj.weight)
+                stack.w_gate_up.append(_fuse([mlp.gate_proj, mlp.up_proj]))
+                stack.w_down.append(mlp.down_proj.weight)
+                if shape.qk_norm:
+                    stack.q_norm.append(attn.q_norm.weight)
+                    stack.k_norm.append(attn.k_norm.weight)
+            stack.norm = decoder.norm.weight
+        return stack.requires_grad_(False)
+
+    def prepack(self) -> bool:
+        """Reorder every weight once into oneDNN's blocked layout, for the eager CPU forward in bf16: eager
+        ``F.linear`` reorders its weight at every call (~45% of a decode step's GEMM time measured on a Zen 4 EPYC),
+        which is what inductor's freezing does once when the forward is compiled. Same results bit for bit in bf16.
+        Returns whether it packed (a CPU with oneDNN and a bf16 model)."""
+        weight = self.wqkv[0]
+        if weight.device.type != "cpu" or weight.dtype != torch.bfloat16 or not torch.backends.mkldnn.is_available():
+            return False
+        pack = torch.ops.mkldnn._reorder_linear_weight
+        self.packed = {name: [pack(w.detach(), 1) for w in getattr(self, name)]
+                       for name in ("wqkv", "wo", "w_gate_up", "w_down")}
+        return True
+
+    def _linear(self, x: torch.Tensor, name: str, i: int, bias: torch.Tensor | None = None) -> torch.Tensor:
+        if self.packed is None:
+            return F.linear(x, getattr(self, name)[i], bias)
+        return torch.ops.mkldnn._linear_pointwise(x, self.packed[name][i], bias, "none", [], "")
+
+    def forward(self, x: torch.Tensor, positions: torch.Tensor, slots: torch.Tensor, mask: torch.Tensor,
+                k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+        s = self.shape
+        b, q_len, _ = x.shape
+        attended = mask.shape[-1]  # S
+        cos, sin = self.rotary(x, positions)  # [B, Q, D] each
+        cos, sin = cos[:, None], sin[:, None]  # [B, 1, Q, D]
+        states = [x]
+        for i in range(s.n_layers):
+            h = rms_norm(x, self.attn_norm[i], s.eps)
+            qkv = self._linear(h, "wqkv", i, self.bqkv[i] if len(self.bqkv) else None)  # [B, Q, (Hq+2Hkv)·D]
+            q, key, val = qkv.split([s.q_width, s.kv_width, s.kv_width], dim=-1)
+            q = q.view(b, q_len, s.n_heads, s.head_dim)  # [B, Q, Hq, D]
+            key = key.view(b, q_len, s.n_kv_heads, s.head_dim)  # [B, Q, Hkv, D]
+            if s.qk_norm:
+                q, key = rms_norm(q, self.q_norm[i], s.eps), rms_norm(key, self.k_norm[i], s.eps)
+            q = rope(q.transpose(1, 2), cos, sin)  # [B, Hq, Q, D]
+            key = rope(key.transpose(1, 2), cos, sin)  # [B, Hkv, Q, D]
+            val = val.view(b, q_len, s.n_kv_heads, s.head_dim).transpose(1, 2)  # [B, Hkv, Q, D]
+            k[i].index_copy_(2, slots, key.to(k.dtype))  # the columns' entries, written by slot
+            v[i].index_copy_(2, slots, val.to(v.dtype))
+            att = attention(q, k[i, :, :, :attended], v[i, :, :, :attended], mask)  # [B, Q, Hq·D]
+            x = x + self._linear(att, "wo", i)
+            h = rms_norm(x, self.mlp_norm[i], s.eps)
+            gate, up = self._linear(h, "w_gate_up", i).chunk(2, dim=-1)  # [B, Q, I] each
+            x = x + self._linear(F.silu(gate) * up, "w_down", i)
+            states.append(x)
+        states[-1] = rms_norm(x, self.norm, s.eps)
+        return torch.stack(states)  # [L+1, B, Q, H]
+
+
+def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """Grouped-query attention: q [B, Hq, Q, D], k/v [B, Hkv, S, D], mask [B, 1, Q, S] additive -> [B, Q, Hq·D].
+
+    Written out rather than through SDPA: the CPU flash kernel cost ~0.6 ms per call at Q = 1 (bf16, S = 256),
+    more than the layer's GEMMs; these two small batched products and a softmax (fp32, as transformers' eager
+    attention) fuse under inductor. The g = Hq/Hkv query heads of a group share their k/v without a copy."""
+    b, h_q, q_len, d = q.shape
+    h_kv = k.shape[1]
+    g = h_q // h_kv
+    scores = q.reshape(b, h_kv, g * q_len, d) @ k.transpose(-1, -2) * d ** -0.5  # [B, Hkv, g·Q, S]
+    scores = scores.view(b, h_kv, g, q_len, -1).float() + mask[:, :, None].float()  # [B, Hkv, g, Q, S]
+    probs = scores.softmax(-1).to(q.dtype).view(b, h_kv, g * q_len, -1)
+    out = (probs @ v).view(b, h_q, q_len, d)  # [B, Hq, Q, D]
+    return out.transpose(1, 2).reshape(b, q_len, h_q * d)
+
+
+def _fuse(linears: list[torch.nn.Linear]) -> torch.nn.Parameter:
+    """One weight [sum(out), in] holding the linears' rows; each linear's weight becomes a view of its rows."""
+    fused = torch.cat([m.weight.detach() for m in linears])  # [sum(out), in]
+    start = 0
+    for m in linears:
+        rows = m.weight.shape[0]
+        m.weight = torch.nn.Parameter(fused[start:start + rows], requires_grad=False)  # a view: no second copy
+        start += rows
+    return torch.nn.Parameter(fused, requires_grad=False)
+
+
+def _fuse_bias(linears: list[torch.nn.Linear]) -> torch.nn.Parameter:
+    fused = torch.cat([m.bias.detach() for m in linears])
+    start = 0
+    for m in linears:
+        rows = m.bias.shape[0]
+        m.bias = torch.nn.Parameter(fused[start:start + rows], requires_grad=False)
+        start += rows
+    return torch.nn.Parameter(fused, requires_grad=False)

@@ -1,0 +1,225 @@
+"""The engine: a model's stack and LM head, compiled over a few shape buckets, and the static KV cache it writes.
+
+``Engine.forward`` pads every call to a bucket of columns (Q ∈ ``BUCKETS``: 1, 2, 4, 8, 16, 32, 64; longer inputs
+run as 64-column chunks) and attends over a bucket of slots (a multiple of ``SLOT_BLOCK``), so that every method,
+tree size, γ and prompt reuses a handful of graphs. Padding columns attend to themselves only and write into
+slots past the real ones, which no real column reads before they are written again.
+
+Compilation (``torch.compile``, inductor): on the CPU with freezing, so the weights are constants that inductor
+prepacks for oneDNN/MKL once (eager bf16 pays a weight reorder at every call), and the C++ wrapper; on CUDA the
+graphs are captured as CUDA graphs (mode "reduce-overhead"). Inductor's own on-disk cache sits under
+``$SPECREPRO_CACHE/inductor`` (``cache.py`` sets it), so a machine pays each (model, dtype, bucket) once.
+``SPECREPRO_ENGINE_COMPILE=0`` runs the same code eagerly (the tests' default: their tiny models would spend
+longer compiling than running).
+
+Recompiles are counted (``Engine.compiles``): after ``warm`` a run makes none, which ``tests/test_engine.py`` holds.
+"""
+from __future__ import annotations
+
+import os
+import sys
+import time
+from dataclasses import dataclass, field
+
+import torch
+
+from .llama import LlamaStack, unsupported
+
+BUCKETS = (1, 2, 4, 8, 16, 32, 64)  # columns per forward
+SLOT_BLOCK = 256  # attended slots are rounded up to a multiple of this
+
+
+def bucket(n: int) -> int:
+    """The smallest column bucket holding n columns (n ≤ 64)."""
+    for size in BUCKETS:
+        if n <= size:
+            return size
+    raise ValueError(f"{n} columns exceed the largest bucket {BUCKETS[-1]} (chunk them)")
+
+
+def compile_enabled() -> bool:
+    return os.environ.get("SPECREPRO_ENGINE_COMPILE", "1") != "0"
+
+
+class StaticKV:
+    """Keys and values of B rows, preallocated: [L, B, Hkv, C, D] each, written by slot, never cropped.
+
+    Capacity C grows (in ``SLOT_BLOCK`` steps, a copy) only when a call needs slots past it; rows' lengths live in
+    the caller (``kvcache.CachedModel``, ``batch_cache.BatchCache``), which owns what each slot means.
+    """
+
+    def __init__(self, stack: LlamaStack, batch: int, capacity: int, dtype: torch.dtype, device: torch.device):
+        s = stack.shape
+        self.batch = batch
+        shape = (s.n_layers, batch, s.n_kv_heads, _round(capacity), s.head_dim)
+        self.k = torch.zeros(shape, dtype=dtype, device=device)
+        self.v = torch.zeros(shape, dtype=dtype, device=device)
+
+    @property
+    def capacity(self) -> int:
+        return self.k.shape[3]
+
+    def reserve(self, slots: int) -> None:
+        """Make room for ``slots`` slots (a copy into a larger buffer when C is too small)."""
+        if slots <= self.capacity:
+            return
+        grown = _round(max(slots, 2 * self.capacity))
+        for name in ("k", "v"):
+            old = getattr(self, name)
+            new = old.new_zeros(*old.shape[:3], grown, old.shape[4])
+            new[:, :, :, :old.shape[3]] = old
+            setattr(self, name, new)
+
+    def move(self, rows: torch.Tensor, src: torch.Tensor, dst: torch.Tensor) -> None:
+        """Entry (rows[i], src[i]) to (rows[i], dst[i]) in every layer: the kept path of a tree (one gather)."""
+        for t in (self.k, self.v):
+            t[:, rows, :, dst] = t[:, rows, :, src]  # [L, K, Hkv, D] (the right side is a copy)
+
+    def select(self, rows: torch.Tensor) -> None:
+        """Keep the rows ``rows`` (finished rows of a batch leave)."""
+        self.k, self.v = self.k[:, rows].contiguous(), self.v[:, rows].contiguous()
+        self.batch = int(rows.numel())
+
+
+def _round(n: int) -> int:
+    return max(SLOT_BLOCK, -(-n // SLOT_BLOCK) * SLOT_BLOCK)
+
+
+@dataclass
+class Engine:
+    """A Llama-family model's compiled forward. Build it with ``Engine.build(model)`` (None when unsupported)."""
+
+    model: torch.nn.Module  # the transformers model it was built from (its embeddings, head and config)
+    stack: LlamaStack
+    head_weight: torch.Tensor  # [V', H] the LM head (V' = the reduced vocabulary of a reduced draft)
+    device: torch.device
+    dtype: torch.dtype
+    compiled: bool
+    compiles: int = 0  # graphs compiled so far (one per new (B, Q, S) signature)
+    seen: set = field(default_factory=set)
+    token_map: torch.Tensor | None = None  # [V] input id -> row of the embeddings (a reduced-vocabulary draft)
+    kept_ids: torch.Tensor | None = None  # [V'] full-vocabulary id of each head row (a reduced-vocabulary draft)
+    out_vocab: int | None = None  # V, when the head covers only kept_ids (the other logits are -inf)
+
+    @classmethod
+    def build(cls, model: torch.nn.Module, head_weight: torch.Tensor | None = None,
+              compiled: bool | None = None) -> "Engine | None":
+        if unsupported(model) is not None:
+            return None
+        stack = LlamaStack.from_hf(model)
+        if head_weight is None:
+            head_weight = model.get_output_embeddings().weight
+        param = next(model.parameters())
+        engine = cls(model=model, stack=stack, head_weight=head_weight.detach(), device=param.device,
+                     dtype=param.dtype, compiled=compile_enabled() if compiled is None else compiled)
+        engine._stack_fn = engine._make(stack)
+        engine._head_fn = engine._make(_Head(engine.head_weight))
+        return engine
+
+    def _make(self, module: torch.nn.Module):
+        if not self.compiled:
+            module.prepack()
+            return module
+        from ..cache import inductor_cache
+        inductor_cache()
+        if self.device.type == "cuda":
+            return torch.compile(module, mode="reduce-overhead", dynamic=False, fullgraph=True)
+        import torch._inductor.config as inductor_config
+        inductor_config.freezing = True  # weights as constants: prepacked once (process-wide; eager is unchanged)
+        inductor_config.cpp_wrapper = True
+        return torch.compile(module, dynamic=False, fullgraph=True)
+
+    def __deepcopy__(self, memo) -> "Rebuild":
+        # A deep copy of the model (a test's perturbed draft, say) must not share this engine's fused tensors, and
+        # torch's deepcopy does not keep views of one storage shared: the copy builds its own engine on first use.
+        return Rebuild(self.compiled)
+
+    @property
+    def name(self) -> str:
+        return f"specrepro engine ({'compiled' if self.compiled else 'eager'})"
+
+    def new_cache(self, batch: int, capacity: int) -> StaticKV:
+        return StaticKV(self.stack, batch, capacity, self.dtype, self.device)
+
+    def embed(self, ids: torch.Tensor) -> torch.Tensor:
+        """ids [B, Q] -> input embeddings [B, Q, H]."""
+        if self.token_map is not None:
+            ids = self.token_map[ids]
+        return self.model.get_input_embeddings()(ids)
+
+    def forward(self, x: torch.Tensor, positions: torch.Tensor, slots: torch.Tensor, mask: torch.Tensor,
+                kv: StaticKV) -> torch.Tensor:
+        """x [B, Q, H] (Q a bucket), positions [B, Q], slots [Q], mask [B, 1, Q, S] (S ≤ kv.capacity, a multiple of
+        SLOT_BLOCK) -> hidden [L+1, B, Q, H]; see ``LlamaStack``."""
+        self._count(("stack", *x.shape[:2], mask.shape[-1], kv.capacity))
+        with torch.inference_mode():
+            return self._stack_fn(x, positions, slots, mask, kv.k, kv.v)
+
+    def logits(self, hidden: torch.Tensor) -> torch.Tensor:
+        """hidden [B, R, H] final-norm rows -> logits [B, R, V'] (R padded to a bucket inside)."""
+        b, r, _ = hidden.shape
+        size = bucket(r)
+        if size != r:
+            hidden = torch.cat([hidden, hidden.new_zeros(b, size - r, hidden.shape[-1])], dim=1)
+        self._count(("head", b, size))
+        with torch.inference_mode():
+            logits = self._head_fn(hidden)[:, :r]  # [B, R, V']
+            if self.kept_ids is None:
+                return logits
+            full = logits.new_full((b, r, self.out_vocab), float("-inf"))  # [B, R, V]
+            return full.index_copy_(-1, self.kept_ids, logits)
+
+    def _count(self, key: tuple) -> None:
+        if key not in self.seen:
+            self.seen.add(key)
+            if self.compiled:
+                self.compiles += 1
+
+
+@dataclass(frozen=True)
+class Rebuild:
+    """What a deep copy of a model holds in place of its engine (``engine_of`` builds the copy's own)."""
+
+    compiled: bool
+
+
+class _Head(torch.nn.Module):
+    """The LM head [V', H] as a module of its own (compiled, or prepacked like the stack's weights)."""
+
+    def __init__(self, weight: torch.Tensor):
+        super().__init__()
+        self.weight = torch.nn.Parameter(weight, requires_grad=False)
+        self.packed = None
+
+    def prepack(self) -> bool:
+        w = self.weight
+        if w.device.type != "cpu" or w.dtype != torch.bfloat16 or not torch.backends.mkldnn.is_available():
+            return False
+        self.packed = torch.ops.mkldnn._reorder_linear_weight(w.detach(), 1)
+        return True
+
+    def forward(self, hidden: torch.Tensor) -> torch.Tensor:
+        if self.packed is None:
+            return torch.nn.functional.linear(hidden, self.weight)
+        return torch.ops.mkldnn._linear_pointwise(hidden, self.packed, None, "none", [], "")
+
+
+def warm(engine: Engine, batches: tuple[int, ...] = (1,), columns: tuple[int, ...] = BUCKETS,
+         slots: tuple[int, ...] = (SLOT_BLOCK, 2 * SLOT_BLOCK), stream=sys.stderr) -> float:
+    """Compile every (B, Q, S) graph a run will meet, with progress and an ETA; returns the seconds spent."""
+    todo = [(b, q, s) for b in batches for s in slots for q in columns]
+    start = time.perf_counter()
+    for i, (b, q, s) in enumerate(todo):
+        kv = engine.new_cache(b, s)
+        x = torch.zeros(b, q, engine.stack.shape.hidden, dtype=engine.dtype, device=engine.device)
+        positions = torch.arange(q, device=engine.device).expand(b, q)
+        mask = torch.zeros(b, 1, q, s, dtype=engine.dtype, device=engine.device)
+        hidden = engine.forward(x, positions, torch.arange(q, device=engine.device), mask, kv)
+        engine.logits(hidden[-1, :, :q])
+        if q == 1:
+            pass
+        done, spent = i + 1, time.perf_counter() - start
+        print(f"\rspecrepro engine: compiled {done}/{len(todo)} shapes (B={b}, Q={q}, S={s}) in {spent:.0f} s, "
+              f"ETA {spent / done * (len(todo) - done):.0f} s", end="", file=stream, flush=True)
+    print(file=stream)
+    return time.perf_counter() - start
