@@ -79,6 +79,7 @@ import torch
 from .bench_summary import (SUMMARY_COLUMNS, format_summary, mismatches, pooled_profile, predicted_speedup,
                             read_summary, summarize, write_summary)
 from .acceptance import TREE_RULES
+from .adaptive import FixedGamma
 from .compiled import compile_forward
 from .config import DecodeConfig, SamplingConfig
 from .decoding import check_prompt, eos_ids, model_device
@@ -86,7 +87,6 @@ from .drafters import Drafter
 from .executor import LOCAL, ExecutorConfig, run_cells
 from .generate import encode_prompt, generate_batch, generate_ids
 from .hf_baselines import assisted_unsupported, hf_generate
-from .adaptive import FixedGamma
 from .methods import METHODS, Cost, Loop, Method, Needs, check_parameters_taken, method, parameter_fields
 from .metrics.energy import open_meter
 from .metrics.quality import perplexity, rouge_l
@@ -799,7 +799,7 @@ class _Run:
         if not todo:
             return
         session = self.session
-        if any(not v.method.loop.own_weights for v in self.variants if v.label not in skipped):
+        if any(not v.method.loop.own_weights for v in self.variants if v.label not in {*skipped, *self.failed}):
             session["peer"] = self.peer.describe()  # engine, version, the GGUF, threads
         session.update(skipped=skipped, model_notes=self.models.notes,
                        energy={"source": self.meter.source, "scope": getattr(self.meter, "scope", None),
