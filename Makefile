@@ -6,6 +6,9 @@
 #                  from a tree with uncommitted changes, every artifact marked DRAFT (else refused)
 #   RAY=1          (any target that sets up .venv) also install the optional Ray extra, for --executor ray and
 #                  its tests (tests/test_executor.py skips them without it)
+#   PEERS=1        (any target that sets up .venv) also install the optional [peers] extra, llama-cpp-python, built
+#                  from source (cmake, a C++ compiler; ~10 min on 2 cores, once: pip caches the wheel): bench's
+#                  llamacpp-ar and llamacpp-prompt-lookup, calibrate's llama.cpp step, tests/test_peers.py
 SHELL := /bin/bash
 PYTHON ?= python3
 VENV ?= .venv
@@ -18,14 +21,23 @@ BENCH_OUT ?= build/bench/make-bench
 # instead of pulling the newest torch with gigabytes of CUDA packages.
 TORCH_PIN ?= torch==2.13.0
 RAY ?=
+PEERS ?=
 comma := ,
 EXTRAS := test$(if $(RAY),$(comma)ray)
+# llama.cpp's build, without the multimodal library (llava/mtmd) specrepro does not use: a shorter build
+PEERS_CMAKE_ARGS ?= -DLLAVA_BUILD=OFF
+PEER_METHODS := llamacpp-ar,llamacpp-prompt-lookup
 
 .PHONY: venv models test figures bench lab clean-venv
 
-# RAY=1 on a .venv made without it (its stamp up to date): the extra is added here
+# RAY=1 or PEERS=1 on a .venv made without them (its stamp up to date): the extras are added here; the [peers] build
+# is timed
 venv: $(VENV)/.installed
 	$(if $(RAY),$(PY) -c "import ray" 2>/dev/null || $(PY) -m pip install -q -e '.[$(EXTRAS)]')
+	$(if $(PEERS),@$(PY) -c "import llama_cpp" 2>/dev/null || { t=$$SECONDS; \
+	  echo "make: installing the [peers] extra: llama-cpp-python, built from source unless pip has its wheel cached"; \
+	  CMAKE_ARGS="$${CMAKE_ARGS:-$(PEERS_CMAKE_ARGS)}" $(PY) -m pip install -q -e '.[$(EXTRAS)$(comma)peers]' && \
+	  echo "make: llama-cpp-python installed in $$(( (SECONDS - t) / 60 )) min $$(( (SECONDS - t) % 60 )) s"; })
 
 $(VENV)/.installed: pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -47,9 +59,12 @@ figures: venv models
 	$(PY) notebooks/run_notebooks.py --profile $(PROFILE) $(if $(ONLY),--only $(ONLY)) $(if $(JOBS),--jobs $(JOBS)) \
 	  $(if $(ALLOW_DRAFT),--allow-draft)
 
+# llama.cpp's baselines join when llama-cpp-python is installed (PEERS=1), and the bench says so when it is not
 bench: venv models
-	$(PY) -m specrepro bench \
-	  --methods ar,speculative,speculative:gauto,prompt-lookup,prompt-lookup:gauto,medusa,ppd,hf-assisted,hf-prompt-lookup \
+	@peers=$$($(PY) -c "import llama_cpp" 2>/dev/null && echo ",$(PEER_METHODS)") || \
+	  echo "make bench: $(PEER_METHODS) skipped: llama-cpp-python is not installed (make bench PEERS=1, or pip install -e '.[peers]')"; \
+	set -x; $(PY) -m specrepro bench \
+	  --methods ar,speculative,speculative:gauto,prompt-lookup,prompt-lookup:gauto,medusa,ppd,hf-assisted,hf-prompt-lookup$$peers \
 	  --target smollm2-135m-instruct --draft smollm2-135m-draft --suite mixed \
 	  --max-new-tokens 64 --temperature 0 --gamma 4 --dtype auto --repeats 1 --out $(BENCH_OUT)
 

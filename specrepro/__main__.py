@@ -125,7 +125,7 @@ def check_generate(spec: Method, args: argparse.Namespace) -> tuple[DecodeConfig
     from .prompts import load_prompts_file
 
     if spec.name not in OUR_METHODS:
-        raise ValueError(f"{spec.name!r} is a transformers baseline: it runs in bench (generate runs "
+        raise ValueError(f"{spec.name!r} is a baseline of {spec.loop.value}: it runs in bench (generate runs "
                          f"{', '.join(OUR_METHODS)})")
     config = spec.config(max_new_tokens=args.max_new_tokens, sampling=sampling_from(args),
                          gamma=DEFAULT_GAMMA if args.gamma is None else args.gamma, tree_size=args.tree_size,
@@ -328,6 +328,7 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
             raise ValueError("--dtype auto writes one profile per dtype: give --out a folder, not a .json file")
         check_writable(args.out, "--out", folder=not one_file)
     alpha = draft_alpha_prior(args.draft) if args.draft else None
+    peer = calibration_peer(args.target, device, args.threads)
     profiles = {}
     for dtype in dtypes:
         out = None
@@ -335,23 +336,10 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
             out = Path(args.out) if Path(args.out).suffix == ".json" else Path(args.out) / f"profile-{dtype}.json"
         profiles[dtype] = get_profile(args.target, args.draft, dtype, device=device, threads=args.threads,
                                       recalibrate=args.recalibrate, context_tokens=args.context_tokens,
-                                      repeats=args.repeats, out=out, compiled=args.compile)
+                                      repeats=args.repeats, out=out, compiled=args.compile, peer=peer)
         args.kept.append(dtype)
     for dtype, p in profiles.items():
-        betas = " ".join(f"β({n})={p.beta(n):.2f}" for n in range(2, 10))
-        c = f"c={p.c:.3f}" if p.c is not None else "c=- (no draft)"
-        print(f"{dtype}: L_fp(1)={1e3 * p.decode_s:.1f} ms (IQR {1e3 * p.forward[0][1].p25_s:.1f}-"
-              f"{1e3 * p.forward[0][1].p75_s:.1f}), {c}, {betas}")
-        if p.contexts or p.prefill:
-            longer = ", ".join(f"L_fp(1)={1e3 * p.at_context(c).decode_s:.1f} ms β(5)={p.at_context(c).beta(5):.2f} "
-                               f"after {c}" for c, _ in p.contexts if p.n_max >= 5)
-            prefill = ", ".join(f"{n} tokens {1e3 * lat.median_s:.0f} ms" for n, lat in p.prefill)
-            print(f"{dtype}: longer contexts: {longer or '-'}; prefill: {prefill or '-'}")
-        if p.floor_s is not None:
-            m = p.machine
-            print(f"{dtype}: bandwidth floor {1e3 * p.floor_s:.1f} ms per decode step ({m['weight_bytes'] / 1e6:.0f} MB "
-                  f"of weights ÷ {m['bandwidth_bytes_s'] / 1e9:.1f} GB/s copy bandwidth): L_fp(1) is "
-                  f"{p.decode_s / p.floor_s:.1f}x the floor")
+        print_profile(dtype, p)
     if len(profiles) > 1:
         print("auto, plain decoding: " + choose_dtype(profiles, "plain").reason)
         if args.draft is not None:
@@ -359,6 +347,61 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
             print("auto, speculative (γ auto): " + choose_dtype(profiles, "draft model", "auto", prior).reason)
         print("auto, model-free drafts (γ auto): " + choose_dtype(profiles, "model-free", "auto").reason)
     return 0
+
+
+def calibration_peer(target: str, device, threads: int | None):
+    """llama.cpp on the target's GGUF with the run's threads, for calibrate to time beside ours; None (said on stderr)
+    where it is not installed, the device is not a CPU, or the target has no GGUF."""
+    import torch
+
+    from .peers import INSTALL, LlamaCppPeer, gguf_for, installed
+
+    if device.type != "cpu":
+        return None
+    if not installed():
+        print(f"calibrate: llama.cpp's step is not measured: llama-cpp-python is not installed ({INSTALL})",
+              file=sys.stderr)
+        return None
+    try:
+        gguf = gguf_for(target)
+    except ValueError as err:
+        print(f"calibrate: llama.cpp's step is not measured: {err}", file=sys.stderr)
+        return None
+    return LlamaCppPeer(gguf, threads=threads or torch.get_num_threads())
+
+
+def print_profile(dtype: str, p) -> None:
+    """A profile's lines: the step and β(n); longer contexts and prefill; the step against the bandwidth floor and
+    the compute roofline; llama.cpp's step and β(n) on the same GGUF, context and threads, where measured."""
+    ns = range(2, min(9, p.n_max) + 1)
+    betas = " ".join(f"β({n})={p.beta(n):.2f}" for n in ns)
+    c = f"c={p.c:.3f}" if p.c is not None else "c=- (no draft)"
+    print(f"{dtype}: L_fp(1)={1e3 * p.decode_s:.1f} ms (IQR {1e3 * p.forward[0][1].p25_s:.1f}-"
+          f"{1e3 * p.forward[0][1].p75_s:.1f}), {c}, {betas}")
+    if p.contexts or p.prefill:
+        longer = ", ".join(f"L_fp(1)={1e3 * p.at_context(c).decode_s:.1f} ms β(5)={p.at_context(c).beta(5):.2f} "
+                           f"after {c}" for c, _ in p.contexts if p.n_max >= 5)
+        prefill = ", ".join(f"{n} tokens {1e3 * lat.median_s:.0f} ms" for n, lat in p.prefill)
+        print(f"{dtype}: longer contexts: {longer or '-'}; prefill: {prefill or '-'}")
+    m = p.machine
+    if p.floor_s is not None:
+        print(f"{dtype}: bandwidth floor {1e3 * p.floor_s:.1f} ms per decode step ({m['weight_bytes'] / 1e6:.0f} MB "
+              f"of weights ÷ {m['bandwidth_bytes_s'] / 1e9:.1f} GB/s copy bandwidth): L_fp(1) is "
+              f"{p.decode_s / p.floor_s:.1f}x the floor")
+    if p.compute_floor_s is not None:
+        ridge = f"; beyond n ≈ {p.floor_s / p.compute_floor_s:.0f} tokens a forward is compute-bound" if p.floor_s else ""
+        threads = f"{m['gemm_threads']} thread{'s' if m['gemm_threads'] != 1 else ''}"
+        print(f"{dtype}: compute roofline {m['gemm_flops_s'] / 1e9:.0f} GFLOP/s (a large {dtype} GEMM, {threads}): a "
+              f"one-token step's {m['step_flops'] / 1e9:.2f} GFLOP of GEMMs take {1e3 * p.compute_floor_s:.2f} ms; "
+              f"L_fp(1) is {p.decode_s / p.compute_floor_s:.0f}x it, L_fp({p.n_max}) "
+              f"{p.l_fp(p.n_max) / (p.n_max * p.compute_floor_s):.1f}x the {p.n_max}-token compute floor{ridge}")
+    if p.peer is not None:
+        e = p.peer
+        peer_betas = " ".join(f"β({n})={e.beta(n):.2f}" for n in ns)
+        print(f"{dtype}: {e.engine} {e.version} ({e.model_file}, {e.model_type}, {e.threads} "
+              f"thread{'s' if e.threads != 1 else ''}, after "
+              f"{e.context_tokens} tokens): L(1)={1e3 * e.decode_s:.1f} ms, {peer_betas}; our {dtype} L_fp(1) is "
+              f"{p.decode_s / e.decode_s:.1f}x its")
 
 
 def check_bench(args: argparse.Namespace):

@@ -79,6 +79,7 @@ import torch
 from .bench_summary import (SUMMARY_COLUMNS, format_summary, mismatches, pooled_profile, predicted_speedup,
                             read_summary, summarize, write_summary)
 from .acceptance import TREE_RULES
+from .adaptive import FixedGamma
 from .compiled import compile_forward
 from .config import DecodeConfig, SamplingConfig
 from .decoding import check_prompt, eos_ids, model_device
@@ -92,6 +93,7 @@ from .metrics.quality import perplexity, rouge_l
 from .metrics.profile import DEFAULT_NS, Profile, ProfileKey, candidate_dtypes, cpu_info, dtype_name, measure
 from .models import (LoadedModel, default_device, draft_alpha_prior, load_draft, load_model, load_tokenizer,
                      parse_dtype)
+from .peers import LlamaCppPeer, check_runnable, gguf_for
 from .plan import Plan, RunRequest, plan_run
 from .prompts import load_prompts_file, load_suite
 from .cli import check_writable
@@ -101,7 +103,7 @@ __all__ = ["SUMMARY_COLUMNS", "BenchConfig", "BenchPrompt", "BenchResult", "Resu
            "format_summary", "load_records", "predicted_speedup", "read_summary", "run_bench", "run_sweep",
            "target_corpus"]
 
-ALL_METHODS = METHODS  # the registry's: ours and transformers' baselines
+ALL_METHODS = METHODS  # the registry's: ours, transformers' and llama.cpp's baselines
 DTYPE_FIELDS = ("auto", "bf16", "fp16", "fp32")
 LOCK = ".lock"  # in a run folder: held (flock) by the process running a bench there
 
@@ -150,6 +152,9 @@ class Variant:
         dtype, gamma, tree_size, acceptance, params, compiled = default_dtype, default_gamma, None, None, {}, False
         for part in fields:
             if part in DTYPE_FIELDS:
+                if not spec.loop.own_weights:
+                    raise ValueError(f"{label}: llama.cpp decodes the GGUF in its own types; a dtype is for our loops "
+                                     f"and transformers'")
                 dtype = part
             elif part == "compiled":
                 compiled = True
@@ -169,15 +174,15 @@ class Variant:
                                  f"gN (N >= 1), gauto, tN (tree size N >= 1), a rule ({', '.join(TREE_RULES)}), "
                                  f"compiled"
                                  + (f", or {name}'s own {own}" if own else f" ({name} has no parameters)"))
-        if gamma == "auto" and spec.loop is Loop.TRANSFORMERS:
-            raise ValueError(f"{label}: gamma auto is our loop's policy; transformers' baselines take a fixed γ")
+        if gamma == "auto" and spec.loop.baseline:
+            raise ValueError(f"{label}: gamma auto is our loop's policy; {spec.loop.value}'s baselines take a fixed γ")
         if tree_size is not None and not spec.token_tree:
             raise ValueError(f"{label}: a tree size (tN) is for token-tree drafters "
                              f"({', '.join(m for m in METHODS if method(m).token_tree)})")
         if acceptance is not None and spec.loop is not Loop.SPECULATIVE:
             raise ValueError(f"{label}: an acceptance rule is for our speculative loop")
-        if compiled and spec.loop is Loop.TRANSFORMERS:
-            raise ValueError(f"{label}: compiled is for our loops; transformers' generate has its own compile options")
+        if compiled and spec.loop.baseline:
+            raise ValueError(f"{label}: compiled is for our loops; {spec.loop.value} compiles (or not) on its own")
         spec.params(**params)  # one clear error for a value out of range
         return cls(label, spec, dtype, gamma, tree_size, acceptance, tuple(sorted(params.items())), compiled)
 
@@ -244,6 +249,7 @@ class BenchConfig:
         for v in variants:
             self.decode_config(v, 0)  # validates max_new_tokens, gamma, the sampling knobs, the parameters
             v.method.check_batch(self.batch_size, v.gamma)
+        check_runnable([v.label for v in variants if v.method.loop is Loop.LLAMA_CPP], self.target)
 
     def variants(self) -> list[Variant]:
         return [Variant.parse(m, self.dtype, self.gamma) for m in self.methods]
@@ -646,9 +652,10 @@ class _Run:
         if self.todo or not kept["dtype"]:
             self.session = _session_info(self.config, self.device)
             _warn_if_busy(self.session)
+            torch_variants = [v for v in self.variants if v.method.loop.own_weights]  # (llama.cpp's: no profile)
             dtypes = {kept["dtype"][v.label]["dtype"] if v.label in kept["dtype"] else
-                      (v.dtype if v.dtype not in (None, "auto") else self.models.reference) for v in self.variants}
-            if any(v.dtype == "auto" and v.label not in kept["dtype"] for v in self.variants):
+                      (v.dtype if v.dtype not in (None, "auto") else self.models.reference) for v in torch_variants}
+            if any(v.dtype == "auto" and v.label not in kept["dtype"] for v in torch_variants):
                 dtypes |= set(candidate_dtypes(self.device))
             n_max = _n_max(self.variants, self.config)
             context = _cost_context(self.prompts, self.config, self.models.target.context_length, n_max)
@@ -664,14 +671,23 @@ class _Run:
                                          for label, p in self.plans.items() if p.tree_size is not None}
         if self.session is not None:
             base = next((self.plans[v.label] for v in self.variants if v.method.name == "ar" and v.label in self.plans),
-                        next(iter(self.plans.values()), None))
+                        next((p for p in self.plans.values() if p.method.loop.own_weights), None))
             gamma = self.config.gamma if isinstance(self.config.gamma, int) else None
             bp = self.profiles[base.dtype] if base is not None else None
             self.session["costs"] = None if bp is None else {
                 "dtype": base.dtype, "c": bp.c, "beta": bp.beta(gamma + 1) if gamma and gamma + 1 <= bp.n_max else None}
         self.save()
 
+    @functools.cached_property
+    def peer(self) -> LlamaCppPeer:
+        """llama.cpp on the target's GGUF with the run's threads (loaded by its first run)."""
+        return LlamaCppPeer(gguf_for(self.config.target), threads=torch.get_num_threads())
+
     def _plan(self, v: Variant, kept: dict) -> None:
+        if not v.method.loop.own_weights:  # llama.cpp: the GGUF's own types, a fixed γ
+            self.plans[v.label] = Plan(v.method, self.peer.model_type, "llama.cpp decodes the GGUF in its own types",
+                                       FixedGamma(v.gamma if v.method.cost is not Cost.PLAIN else 1), "named")
+            return
         def models(dtype: str):
             target, draft = self.models.at(dtype, v.compiled)
             return target, v.method.needs.source(draft, self.config.ngram_table)  # self-drafting: the zoo's
@@ -693,6 +709,13 @@ class _Run:
         return v, plan, t, d, plan.config(self.config.decode_config(v, repeat, max_new_tokens))
 
     def run_one(self, label: str, prompt: BenchPrompt, repeat: int, max_new_tokens: int | None = None):
+        v = next(v for v in self.variants if v.label == label)
+        if not v.method.loop.own_weights:  # llama.cpp: none of our models at its "dtype"
+            dc = self.plans[label].config(self.config.decode_config(v, repeat, max_new_tokens))
+            with self.meter.measure() as energy:
+                rec = self.peer.generate(v.method, prompt.ids, dc, self.eos, self.models.target.tokenizer)
+            rec.set_energy(energy.joules, energy.source, energy.reason)
+            return rec
         v, plan, t, d, dc = self.job(label, repeat, max_new_tokens)
         with self.meter.measure() as energy:
             if v.method.loop is Loop.TRANSFORMERS:
@@ -776,6 +799,8 @@ class _Run:
         if not todo:
             return
         session = self.session
+        if any(not v.method.loop.own_weights for v in self.variants if v.label not in {*skipped, *self.failed}):
+            session["peer"] = self.peer.describe()  # engine, version, the GGUF, threads
         session.update(skipped=skipped, model_notes=self.models.notes,
                        energy={"source": self.meter.source, "scope": getattr(self.meter, "scope", None),
                                "reason": self.meter.reason},

@@ -134,7 +134,7 @@ def summarize(records: list[dict], variants: list, greedy: bool, profiles: dict[
         wall, latency = run_wall(rs), sum(r["wall_time_s"] for r in rs)
         calls = [r["target_calls"] for r in rs]
         spec = v.method
-        kind, ours = spec.cost, spec.loop is not Loop.TRANSFORMERS
+        kind, ours = spec.cost, not spec.loop.baseline
         profile = profiles.get(v.dtype)
         # Token trees (Medusa, PPD, multi-draft): α and β(γ+1) are chain quantities, so their cells stay empty.
         tree = ours and (spec.token_tree or any(r.get("tree_sizes", r["proposed_lengths"])
@@ -187,11 +187,14 @@ def summarize(records: list[dict], variants: list, greedy: bool, profiles: dict[
 
 def lossless(method: Method, records: list[dict]) -> bool | None:
     """Whether the variant's tokens are distributed as the target's p: its acceptance rule's flag (records'
-    provenance), True for plain decoding and transformers' decoders, False for MJGD (a search, not a sample)."""
+    provenance), True for plain decoding and transformers' decoders, False for MJGD (a search, not a sample), None for
+    llama.cpp's (exact for its own p, computed in the GGUF's quantised types: not the target's p as we compute it)."""
     flags = {r.get("provenance", {}).get("acceptance", {}).get("lossless") for r in records} - {None}
     if flags:
         return all(flags)
-    return None if method.loop is Loop.SPECULATIVE else method.loop is not Loop.MJGD
+    if method.loop is Loop.SPECULATIVE or not method.loop.own_weights:
+        return None
+    return method.loop is not Loop.MJGD
 
 
 def quality_and_energy(records: list[dict]) -> dict:

@@ -52,7 +52,7 @@ def generate_ids(target: LoadedModel, prompt_ids, config: DecodeConfig,
                                    rule=spec.verification_rule(config), context_length=target.context_length,
                                    method=spec.name, gamma_policy=gamma_policy)
     else:
-        raise ValueError(f"{spec.name!r} is transformers' own decoder: run it with hf_baselines.hf_generate")
+        raise ValueError(f"{spec.name!r} is {spec.loop.value}'s own decoder, a baseline that runs in bench")
     return described(rec, target, spec, provenance)
 
 

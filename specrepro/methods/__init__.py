@@ -14,6 +14,7 @@ from .bild import BILD
 from .eagle import EAGLE
 from .fused import FUSED
 from .greedy_draft import GREEDY_DRAFT
+from .llamacpp import LLAMACPP_AR, LLAMACPP_PROMPT_LOOKUP
 from .medusa import MEDUSA
 from .mentored import MENTORED
 from .mjgd import MJGD
@@ -30,11 +31,13 @@ from .transformers import HF_AR, HF_ASSISTED, HF_PROMPT_LOOKUP
 
 REGISTRY: dict[str, Method] = {m.name: m for m in (
     AR, SPECULATIVE, GREEDY_DRAFT, PROMPT_LOOKUP, UNIGRAM, BIGRAM, STAGED, FUSED, ONLINE, MEDUSA, PPD, EAGLE,
-    MULTI_DRAFT, SPECTR, MENTORED, MJGD, MJSD, BILD, HF_AR, HF_ASSISTED, HF_PROMPT_LOOKUP)}
+    MULTI_DRAFT, SPECTR, MENTORED, MJGD, MJSD, BILD, HF_AR, HF_ASSISTED, HF_PROMPT_LOOKUP,
+    LLAMACPP_AR, LLAMACPP_PROMPT_LOOKUP)}
 
 METHODS = tuple(REGISTRY)
-OUR_METHODS = tuple(m for m, spec in REGISTRY.items() if spec.loop is not Loop.TRANSFORMERS)
+OUR_METHODS = tuple(m for m, spec in REGISTRY.items() if not spec.loop.baseline)
 HF_METHODS = tuple(m for m, spec in REGISTRY.items() if spec.loop is Loop.TRANSFORMERS)
+PEER_METHODS = tuple(m for m, spec in REGISTRY.items() if spec.loop is Loop.LLAMA_CPP)  # the [peers] extra's
 BATCHING = tuple(m for m, spec in REGISTRY.items() if spec.batches)  # those that run B prompts at once
 
 
@@ -101,5 +104,5 @@ def methods_table() -> str:
     return "\n".join(rows)
 
 
-__all__ = ["REGISTRY", "METHODS", "OUR_METHODS", "HF_METHODS", "BATCHING", "Method", "Loop", "Cost", "Needs", "NoParams",
+__all__ = ["REGISTRY", "METHODS", "OUR_METHODS", "HF_METHODS", "PEER_METHODS", "BATCHING", "Method", "Loop", "Cost", "Needs", "NoParams",
            "TreeSizing", "method", "drafter_for", "parameter_fields", "check_parameters_taken", "methods_table"]

@@ -12,7 +12,8 @@ A method carries everything the package needs to run it and to say what it ran:
     rule      params -> TreeRule, when it verifies with a rule of its own (SpecTr, MJSD, BiLD, mentored)
     tree      its token-tree sizing (Medusa heads, PPD prompt tokens): the hardware-aware size on a device profile
     nodes     (γ, params) -> draft nodes one step scores, when not γ (m chains of γ)
-    counterpart  for transformers' baselines: our method it must reproduce token for token at T = 0
+    counterpart  for transformers' baselines: our method it must reproduce token for token at T = 0 (llama.cpp's
+              decode another file of the model in other types: none)
     batches   whether it runs B prompts at once (``specrepro.batched``: AR and the drafters ``batched.BATCHABLE``
               lists); ``generate`` and ``bench`` refuse ``--batch-size`` > 1 for the others, before a model loads
 """
@@ -32,6 +33,19 @@ class Loop(enum.Enum):
     MJGD = "mjgd"  # K tokens per step by beam search with the target (mjgd.py, MJSD paper §3.1)
     SPECULATIVE = "speculative"  # the one verification loop (speculative.py) with the method's drafter
     TRANSFORMERS = "transformers"  # transformers' ``model.generate`` (hf_baselines.py), a baseline beside ours
+    LLAMA_CPP = "llama.cpp"  # llama.cpp on the GGUF the zoo model comes from (peers.py), a baseline beside ours
+
+    @property
+    def baseline(self) -> bool:
+        """Another engine's decoder measured beside ours (transformers', llama.cpp's), not a loop of this package."""
+        return self in (Loop.TRANSFORMERS, Loop.LLAMA_CPP)
+
+    @property
+    def own_weights(self) -> bool:
+        """Whether it decodes the torch model the run loaded (ours and transformers'). llama.cpp decodes its own file
+        of the target (the GGUF, in its quantised types): no dtype of ours, no device profile of ours, and its tokens
+        are not token for token comparable with ours."""
+        return self is not Loop.LLAMA_CPP
 
 
 class Cost(enum.Enum):

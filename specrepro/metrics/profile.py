@@ -204,6 +204,46 @@ class Latency:
 
 
 @dataclass(frozen=True)
+class PeerProfile:
+    """Another engine's forward on the same machine, in the same calibration: llama.cpp on the GGUF the target was
+    dequantised from (``specrepro.peers``), same threads, the same cached context, the same sizes n. Its β(n) is read as
+    ours is: a forward over n new tokens (logits for all n, as a verification needs) over one forward over 1."""
+
+    engine: str  # "llama.cpp"
+    version: str  # llama-cpp-python's version (the llama.cpp it vendors)
+    model_file: str  # the GGUF's file name
+    model_type: str  # its weights' type ("q4_1")
+    threads: int
+    context_tokens: int  # the cached prefix every timed forward follows (the calibration context's tokens)
+    repeats: int
+    forward: tuple[tuple[int, Latency], ...]  # (n, L(n)), n ascending from 1
+
+    @property
+    def decode_s(self) -> float:
+        return self.forward[0][1].median_s
+
+    def l_fp(self, n: int) -> float:
+        ns = [m for m, _ in self.forward]
+        if not ns[0] <= n <= ns[-1]:
+            raise ValueError(f"n = {n} is outside the {self.engine} profile's measured range 1..{ns[-1]}")
+        return float(np.interp(n, ns, [lat.median_s for _, lat in self.forward]))
+
+    def beta(self, n: int) -> float:
+        """β(n) = L(n) / L(1), the engine's verification cost factor."""
+        return self.l_fp(n) / self.decode_s
+
+    def same_setup(self, other: "PeerProfile | dict") -> bool:
+        """Whether ``other`` (a profile, or ``describe()``'s dict of an engine) ran the same engine, version, file and
+        threads: a cached peer profile is reused only then."""
+        o = other if isinstance(other, dict) else dataclasses.asdict(other)
+        return all(o.get(k) == getattr(self, k) for k in ("engine", "version", "model_file", "threads"))
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "PeerProfile":
+        return cls(**{**d, "forward": tuple((int(n), Latency(**lat)) for n, lat in d["forward"])})
+
+
+@dataclass(frozen=True)
 class Profile:
     """One dtype's measurements for a model pair on one device (see the module docstring)."""
 
@@ -216,6 +256,9 @@ class Profile:
     # (context c, ((n, L_fp(n) after c cached tokens), ...)) for each longer context, c ascending; () if none
     contexts: tuple[tuple[int, tuple[tuple[int, Latency], ...]], ...] = ()
     prefill: tuple[tuple[int, Latency], ...] = ()  # (P, seconds of one forward over P tokens from an empty cache)
+    # llama.cpp's step on the same GGUF, threads and context, measured by ``calibrate`` where llama-cpp-python is
+    # installed (None otherwise, and in profiles written before it: such files read as they were)
+    peer: PeerProfile | None = None
 
     def __post_init__(self) -> None:
         ns = [n for n, _ in self.forward]
@@ -247,6 +290,14 @@ class Profile:
         for a profile measured before it was recorded)."""
         m = self.machine
         return m["weight_bytes"] / m["bandwidth_bytes_s"] if m.get("bandwidth_bytes_s") else None
+
+    @property
+    def compute_floor_s(self) -> float | None:
+        """The compute floor of a one-token step: its GEMM FLOPs ÷ the measured GEMM rate in this dtype
+        (``gemm_roofline``); a forward over n tokens needs n times it. None where not measured (bench sessions and
+        profiles from before ``calibrate`` measured it)."""
+        m = self.machine
+        return m["step_flops"] / m["gemm_flops_s"] if m.get("gemm_flops_s") and m.get("step_flops") else None
 
     def at_context(self, context: int) -> "Profile":
         """This profile's L_fp(n) curve after ``context`` cached tokens: linear between the measured contexts, the
@@ -327,7 +378,8 @@ class Profile:
                        forward=curve(d["forward"]),
                        draft_decode=Latency(**d["draft_decode"]) if d["draft_decode"] else None,
                        machine=dict(d["machine"]), contexts=tuple((int(c), curve(f)) for c, f in d["contexts"]),
-                       prefill=curve(d["prefill"]))
+                       prefill=curve(d["prefill"]),
+                       peer=PeerProfile.from_dict(d["peer"]) if d.get("peer") else None)
         except (KeyError, TypeError, ValueError) as err:
             raise ValueError(f"{source} is a damaged device profile ({type(err).__name__}: {err})") from None
 
@@ -406,6 +458,38 @@ def memory_bandwidth(device: torch.device, megabytes: int = 256, repeats: int = 
 def weight_bytes(model: torch.nn.Module) -> int:
     """Bytes of the model's parameters: what one decode step has to read (tied weights counted once)."""
     return sum({id(p): p.numel() * p.element_size() for p in model.parameters()}.values())
+
+
+def step_flops(model: torch.nn.Module) -> int:
+    """FLOPs of the GEMMs of a one-token forward: 2 per weight of every linear layer, the LM head included (a tied
+    head counts here though its bytes count once). Attention over the cache and the small ops are left out: at a few
+    hundred cached tokens they are a few per cent of it."""
+    return sum(2 * m.weight.numel() for m in model.modules() if isinstance(m, torch.nn.Linear))
+
+
+def gemm_roofline(device: torch.device, dtype: torch.dtype, size: int | None = None, repeats: int = 3) -> float:
+    """FLOP/s of a large square GEMM in ``dtype`` on ``device`` with torch's current threads, the best of ``repeats``
+    after one warm-up: the compute roofline a forward over many tokens is bounded by. ``size`` defaults to 2048 on a
+    CPU (near peak on a few cores, a fraction of a second) and 8192 on a GPU."""
+    size = size or (8192 if device.type == "cuda" else 2048)
+    clock = Clock(device)
+    gen = torch.Generator(device=device).manual_seed(0)
+    a = torch.randn(size, size, generator=gen, device=device).to(dtype)  # [M, K]
+    b = torch.randn(size, size, generator=gen, device=device).to(dtype)  # [K, N]
+    best = math.inf
+    for r in range(repeats + 1):
+        t0 = clock.now()
+        torch.mm(a, b)
+        if r > 0:
+            best = min(best, clock.now() - t0)
+    return 2 * size ** 3 / best
+
+
+def roofline(model: torch.nn.Module, dtype: str) -> dict:
+    """What ``calibrate`` adds to a profile's ``machine``: the measured GEMM rate in ``dtype`` and the step's FLOPs."""
+    device = model_device(model)
+    return {"gemm_flops_s": gemm_roofline(device, {v: k for k, v in DTYPE_NAMES.items()}[dtype_name(dtype)]),
+            "gemm_threads": torch.get_num_threads(), "step_flops": step_flops(model)}
 
 
 def measure(target: torch.nn.Module, draft: torch.nn.Module | None, context: list[int], key: ProfileKey,
@@ -505,35 +589,58 @@ def calibration_context(tokenizer, vocab_size: int, length: int = 256) -> list[i
 
 def get_profile(target: str, draft: str | None, dtype: str, device: str | torch.device | None = None,
                 threads: int | None = None, recalibrate: bool = False, context_tokens: int = 256,
-                repeats: int = 5, out: str | Path | None = None, log=sys.stderr, compiled: bool = False) -> Profile:
+                repeats: int = 5, out: str | Path | None = None, log=sys.stderr, compiled: bool = False,
+                peer=None) -> Profile:
     """The cached profile for this key, or a fresh calibration (models loaded at ``dtype``, their forwards compiled
-    with ``compiled``: the warm-up round then pays the compilation) saved to the cache (and to ``out`` if given)."""
-    from ..models import default_device, load_draft, load_model
+    with ``compiled``: the warm-up round then pays the compilation) saved to the cache (and to ``out`` if given).
+
+    ``calibrate`` also wants the compute roofline (``roofline``) in the profile's ``machine``, and, with ``peer`` (a
+    ``specrepro.peers.LlamaCppPeer``: ``describe()`` and ``measure(context, ns, repeats)``), llama.cpp's forwards on
+    the same context and sizes. A cached profile without them (written before they were measured, or under another
+    llama.cpp or thread count) gets them added, its own timings kept, and is saved again."""
+    from ..models import default_device
     device = torch.device(device) if device is not None else default_device()
     if threads is not None:
         torch.set_num_threads(threads)
     key = ProfileKey.here(device, target, draft, dtype, threads, context_tokens, repeats, compiled=compiled)
     path = profiles_dir() / key.filename()
+    models = None  # (target, draft, calibration context), loaded only when something is measured
     if path.exists() and not recalibrate:
         profile = load_profile(path, key)
     else:
-        t = load_model(target, dtype=key.dtype, device=device)
-        d = load_draft(draft, t) if draft is not None else None
-        if compiled:
-            from ..compiled import compile_forward
-            for m in (t, d):
-                if m is not None:
-                    compile_forward(m.model)
-        context = calibration_context(t.tokenizer, t.vocab_size, context_tokens)
+        models = _calibration_models(key, device)
 
         def show(done: int, total: int) -> None:
             print(f"\rcalibrate {key.dtype}: round {done}/{total}", end="" if done < total else "\n", file=log,
                   flush=True)
+        t, d, context = models
         profile = measure(t.model, d.model if d else None, context, key, repeats=repeats, progress=show)
+    stale_peer = peer is not None and (profile.peer is None or not profile.peer.same_setup(peer.describe()))
+    if models is not None or "gemm_flops_s" not in profile.machine or stale_peer:
+        t, _, context = models or _calibration_models(dataclasses.replace(key, compiled=False), device)
+        if "gemm_flops_s" not in profile.machine:
+            profile = dataclasses.replace(profile, machine={**profile.machine, **roofline(t.model, key.dtype)})
+        if stale_peer:
+            print(f"calibrate: {peer.describe()['engine']} on the same context and sizes", file=log, flush=True)
+            profile = dataclasses.replace(profile, peer=peer.measure(context, [n for n, _ in profile.forward],
+                                                                     repeats=key.repeats))
         save_profile(profile, path)
     if out is not None:
         save_profile(profile, out)
     return profile
+
+
+def _calibration_models(key: ProfileKey, device: torch.device):
+    """(target, draft or None, the calibration context) of ``key``, loaded at its dtype, compiled if it says so."""
+    from ..models import load_draft, load_model
+    t = load_model(key.target, dtype=key.dtype, device=device)
+    d = load_draft(key.draft, t) if key.draft is not None else None
+    if key.compiled:
+        from ..compiled import compile_forward
+        for m in (t, d):
+            if m is not None:
+                compile_forward(m.model)
+    return t, d, calibration_context(t.tokenizer, t.vocab_size, key.context_tokens)
 
 
 # ------------------------------------------------------------------------------------------ choices

@@ -3,7 +3,8 @@
 One bench per (dtype, temperature) holds every method (mjgd, a search for the argmax, at T = 0 only), a prompt and
 three new tokens; each test reads one method's outcome, so a failure names the method, the dtype and T. The
 self-drafting methods (medusa, ppd, eagle) read tiny random weights saved to a folder and found as the tiny target's own
-(``models.SELF_DRAFTS``), through the same builder, loader and hardware-aware tree size as the zoo's.
+(``models.SELF_DRAFTS``), through the same builder, loader and hardware-aware tree size as the zoo's. llama.cpp's
+baselines decode a GGUF file, not a torch model: ``tests/test_peers.py`` runs them on the offline model's.
 """
 from __future__ import annotations
 
@@ -26,7 +27,8 @@ V, H = 32, 16
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
 RANKS = ((0.5, 0.2, 0.1, 0.05), (0.3, 0.15, 0.1, 0.05), (0.2, 0.1, 0.05, 0.05))  # rank probabilities of the trees
 PROMPT = BenchPrompt("a", [5, 7, 9, 11, 5, 7])
-CASES = [pytest.param(m, d, t, id=f"{m}-{d}-T{t:g}") for m in METHODS for d in DTYPES for t in (0.0, 1.0)
+TORCH_METHODS = tuple(m for m in METHODS if REGISTRY[m].loop.own_weights)  # (llama.cpp's read a GGUF)
+CASES = [pytest.param(m, d, t, id=f"{m}-{d}-T{t:g}") for m in TORCH_METHODS for d in DTYPES for t in (0.0, 1.0)
          if not (REGISTRY[m].loop is Loop.MJGD and t > 0)]
 
 
@@ -46,7 +48,7 @@ def bench(tmp_path_factory):
 
     @functools.cache
     def run(dtype: str, temperature: float):
-        methods = tuple(m for m in METHODS if not (REGISTRY[m].loop is Loop.MJGD and temperature > 0))
+        methods = tuple(m for m in TORCH_METHODS if not (REGISTRY[m].loop is Loop.MJGD and temperature > 0))
         target = LoadedModel("tiny", tiny_model(vocab_size=V, n_layers=2, hidden=H, seed=0, dtype=DTYPES[dtype]), None)
         draft = LoadedModel("tiny-draft", tiny_model(vocab_size=V, n_layers=1, hidden=H, seed=1, dtype=DTYPES[dtype]),
                             None)

@@ -133,6 +133,68 @@ def test_get_profile_reuses_only_a_profile_of_the_same_key(tmp_path, monkeypatch
     assert len(files) == 4 and not any(f.startswith(".") for f in files)  # no temporary file left behind
 
 
+class FakePeer:
+    """Stands in for ``peers.LlamaCppPeer`` (calibrate's other engine): its setup, and a measure that counts calls and
+    answers L(n) = 2 + n ms."""
+
+    def __init__(self, threads=1):
+        self.threads, self.calls = threads, []
+
+    def describe(self):
+        return {"engine": "fake.cpp", "version": "1", "model_file": "m.gguf", "model_type": "q4_1",
+                "threads": self.threads}
+
+    def measure(self, context, ns, repeats):
+        self.calls.append((len(context), tuple(ns), repeats))
+        lat = lambda n: Latency((2 + n) / 1e3, (2 + n) / 1e3, (2 + n) / 1e3)
+        return prof.PeerProfile(**{k: v for k, v in self.describe().items()}, context_tokens=len(context),
+                                repeats=repeats, forward=tuple((n, lat(n)) for n in ns))
+
+
+def test_calibrate_adds_the_roofline_and_the_peer_and_upgrades_an_old_cached_profile(tmp_path, monkeypatch):
+    """calibrate's profile carries the compute roofline and the other engine's forwards on the same context and sizes;
+    a cached profile without them (written before) is read, gets them added without measuring ours again, and is saved;
+    another thread count of the engine measures it again."""
+    monkeypatch.setenv("SPECREPRO_CACHE", str(tmp_path))
+    loads = []
+
+    def fake_load(name, dtype=None, device=None):
+        loads.append(name)
+        return loaded(tiny_model(vocab_size=32, n_layers=1, hidden=16))
+    monkeypatch.setattr("specrepro.models.load_model", fake_load)
+    quiet = open("/dev/null", "w")
+    plain = prof.get_profile("tiny", None, "fp32", device="cpu", threads=1, repeats=1, context_tokens=24, log=quiet)
+    m = plain.machine
+    assert m["gemm_flops_s"] > 1e8 and m["gemm_threads"] == 1 and plain.peer is None
+    # q and o 16×16, k and v 16×8 (2 of 4 heads); gate, up, down 16×32; the LM head 16×32: 2 FLOPs per weight
+    assert m["step_flops"] == 2 * (2 * 16 * 16 + 2 * 16 * 8 + 3 * 16 * 32 + 16 * 32)
+    assert plain.compute_floor_s == pytest.approx(m["step_flops"] / m["gemm_flops_s"])
+    path = tmp_path / "profiles" / plain.key.filename()
+    old = json.loads(path.read_text())
+    for k in ("gemm_flops_s", "gemm_threads", "step_flops"):
+        del old["machine"][k]
+    del old["peer"]
+    path.write_text(json.dumps(old))  # as written before calibrate measured them
+    assert load_profile(path).compute_floor_s is None and load_profile(path).peer is None
+    peer = FakePeer()
+    upgraded = prof.get_profile("tiny", None, "fp32", device="cpu", threads=1, repeats=1, context_tokens=24,
+                                log=quiet, peer=peer)
+    assert upgraded.forward == plain.forward and upgraded.compute_floor_s is not None
+    assert peer.calls == [(24, tuple(n for n, _ in plain.forward), 1)]
+    assert upgraded.peer.beta(1) == 1.0 and upgraded.peer.beta(3) == pytest.approx(5 / 3)
+    assert load_profile(path) == upgraded and len(loads) == 2  # ours not measured again: the model loaded to add them
+    assert prof.get_profile("tiny", None, "fp32", device="cpu", threads=1, repeats=1, context_tokens=24,
+                            peer=peer) == upgraded and len(peer.calls) == 1  # cached with the peer: nothing measured
+    other = FakePeer(threads=2)
+    prof.get_profile("tiny", None, "fp32", device="cpu", threads=1, repeats=1, context_tokens=24, log=quiet, peer=other)
+    assert len(other.calls) == 1
+
+
+def test_the_gemm_roofline_measures_a_rate():
+    rate = prof.gemm_roofline(torch.device("cpu"), torch.float32, size=256, repeats=2)
+    assert 1e8 < rate < 1e14
+
+
 def test_interrupted_calibration_leaves_no_profile(tmp_path, monkeypatch):
     monkeypatch.setenv("SPECREPRO_CACHE", str(tmp_path))
     monkeypatch.setattr("specrepro.models.load_model", lambda *a, **k: loaded(tiny_model(vocab_size=32, hidden=16)))
