@@ -7,8 +7,8 @@ Issue 24, item 1. Each row is its own generation: its own prompt, drafter, seed,
    (prompt lookup, n-gram tables, Medusa heads) propose per row, as at batch 1;
 2. score: ONE target forward over every row's newest committed token and its tree, the trees padded to one node
    count with masked dummy nodes, each row at its own positions behind its own mask (``batch_cache.BatchCache``);
-3. verdict: per row, the same steps as ``verify.verify``: warp the row's p [N_b+1, V], draw its N_b+1 uniforms
-   from the row's own generator, apply the pure rule (``specrepro.acceptance``);
+3. verdict: per row, the very steps of the batch-1 loop (``verify.decide``): warp the row's p [N_b+1, V], draw its
+   N_b+1 uniforms from the row's own generator, apply the pure rule (``specrepro.acceptance``);
 4. keep and commit: each row keeps its accepted path in its slots (ragged acceptance), commits its tokens with its
    own EOS / max_new_tokens (``decoding.commit``), its drafter hears the feedback, its record the step;
 5. leave: a row that stopped leaves the batch (its cache rows are dropped); the others go on.
@@ -49,8 +49,8 @@ from .drafters.ngram import NGramDrafter
 from .drafters.prompt_lookup import PromptLookupDrafter
 from .record import GenerationRecord
 from .speculative import record_step
-from .verify import Verdict
-from .warping import one_hot, sample, warp
+from .verify import Verdict, decide, to_host
+from .warping import sample, warp
 
 # The drafters that batch, and how. Exact classes, not subclasses: a subclass changes what is proposed or how it is
 # scored (LMDrafter's multi-draft, top-k, beam and BiLD subclasses), which this loop has not been shown to keep exact.
@@ -122,9 +122,12 @@ def batched_generate(target: torch.nn.Module, drafters: DrafterSource, prompts: 
                                      [(prop.tokens, prop.tree_parents()) for prop in proposals], needs_hidden)
         score_s = clock.now() - t0
 
-        # 3. Verdict per row: warp -> the row's uniforms -> the rule.
-        verdicts = [row_verdict(row, logits[b], None if hidden is None else hidden[b], prop, config.sampling, rule,
-                                score_s) for b, (row, prop) in enumerate(zip(active, proposals))]
+        # 3. Verdict per row: warp -> the row's uniforms -> the rule, as the batch-1 loop's (``verify.decide``).
+        decisions = decide([logits[b] for b in range(len(active))], proposals, config.sampling, rule,
+                           [row.run.generator for row in active])
+        verdicts = [Verdict(tokens=d.tokens, path=d.path, p=d.p, n_inputs=prop.size + 1, score_s=score_s,
+                            hidden=None if hidden is None else hidden[b, :prop.size + 1])
+                    for b, (d, prop) in enumerate(zip(decisions, proposals))]
         cache.keep([v.path for v in verdicts])
 
         # 4. Commit per row (its EOS, its budget), feedback, record.
@@ -162,13 +165,14 @@ def batched_autoregressive(target: torch.nn.Module, prompts: list[list[int]], co
         logits, _ = cache.score([row.run.ids for row in active])  # [B, 1, V]
         cache.keep([[] for _ in active])
         forward_s = clock.now() - t0
+        # Every row's p comes to the host in one download, where the rows draw their tokens.
+        p = to_host([warp(logits[b, 0], config.sampling) for b in range(len(active))])  # B × [V]
         for b, row in enumerate(active):
             rec = row.run.rec
             rec.time_target_s += forward_s
             rec.target_calls += 1
-            p = warp(logits[b, 0], config.sampling)  # [V]
             u = torch.rand(1, generator=row.run.generator, dtype=torch.float64)
-            row.stop = commit(row.run.ids, row.run.out, [sample(p, u[0])], config, eos)
+            row.stop = commit(row.run.ids, row.run.out, [sample(p[b], u[0])], config, eos)
             if row.stop is not None:
                 finish(row, clock.now() - start)
         active = leave(active, cache, None)
@@ -196,21 +200,6 @@ def propose(active: list[Row], gammas: list[int], sampling: SamplingConfig, draf
                          if gamma > 0 else Proposal.empty())
         row.run.rec.time_draft_s += clock.now() - t0
     return proposals
-
-
-def row_verdict(row: Row, logits: torch.Tensor, hidden: torch.Tensor | None, proposal: Proposal,
-                sampling: SamplingConfig, rule: TreeRule | Callable, score_s: float) -> Verdict:
-    """Steps 2-3 of ``verify.verify`` for one row: logits [N+1, V] and hidden [N+1, H] are the row's batched rows,
-    of which the first N_b+1 are its own (the rest its dummy nodes')."""
-    tokens, parents = proposal.tokens.long().cpu(), proposal.tree_parents()  # [N_b], [N_b]
-    n = tokens.numel()
-    p = warp(logits[:n + 1], sampling)  # [N_b+1, V]
-    tokens = tokens.to(p.device)
-    q = proposal.probs.to(p.device) if proposal.probs is not None else one_hot(tokens, p.shape[-1])  # [N_b, V]
-    uniforms = torch.rand(n + 1, generator=row.run.generator, dtype=torch.float64).to(p.device)  # [N_b+1]
-    path, next_token = rule(p, q, tokens, parents, uniforms)
-    return Verdict(tokens=[int(tokens[i]) for i in path] + [int(next_token)], path=list(path), p=p,
-                   hidden=None if hidden is None else hidden[:n + 1], n_inputs=n + 1, score_s=score_s)
 
 
 def leave(active: list[Row], cache: BatchCache, draft: "BatchedDraft | None") -> list[Row]:
@@ -328,13 +317,15 @@ class BatchedDraft:
             drafting = [i < g for g in gammas]
             logits, _ = self.lm.score([seq if on else None for seq, on in zip(seqs, drafting)])  # [B, 1, V]
             self.lm.keep([[] for _ in ids])
-            for b, on in enumerate(drafting):
-                if on:
-                    q_i = warp(logits[b, 0], sampling)  # [V]
-                    x_i = sample(q_i, uniforms[b][i])
-                    tokens[b].append(x_i)
-                    probs[b].append(q_i)
-                    seqs[b].append(x_i)
+            rows = [b for b, on in enumerate(drafting) if on]
+            # The drafting rows' q rows come to the host in one download, where each row draws its token (the next
+            # forward takes host ids) and its proposal keeps its rows.
+            q = to_host([warp(logits[b, 0], sampling) for b in rows])  # [V] each
+            for b, q_i in zip(rows, q):
+                x_i = sample(q_i, uniforms[b][i])
+                tokens[b].append(x_i)
+                probs[b].append(q_i)
+                seqs[b].append(x_i)
         return [Proposal(tokens=torch.tensor(tokens[b], dtype=torch.long), probs=torch.stack(probs[b]), calls=g)
                 if g > 0 else Proposal.empty() for b, g in enumerate(gammas)]
 
