@@ -18,11 +18,12 @@ row's seed, in the order the batch-1 loop draws them, so a row's output is the b
 and seed, and never depends on its batch-mates (up to the rounding of a batched forward, which at T = 0 leaves
 the argmax and at T > 0 moves a CDF boundary by ~1e-7).
 
-Which drafters batch (``BATCHABLE``): a draft model (``LMDrafter``, speculative sampling: its forwards batched when
-every row drafts with the same model and that model takes per-row position ids, else per-row instances), prompt
-lookup and n-gram tables (per row, model-free), Medusa heads (per row on the target's hidden states, a tree scored
-with tree attention). Any other drafter (its own scorer, a tree drafted by a second model, state shared with the
-rule) raises one error naming the method: run it at batch size 1.
+Which drafters batch: those whose class declares how (``Drafter.batching``, the one declaration; ``Method.batches``
+derives from it): a draft model (``LMDrafter``, its forwards batched when every row drafts with the same model and
+that model takes per-row position ids, else per-row instances), prompt lookup and n-gram tables (per row,
+model-free), Medusa heads (per row on the target's hidden states, a tree scored with tree attention). Any other
+drafter (its own scorer, a tree drafted by a second model, state shared with the rule) raises one error naming the
+method: run it at batch size 1. Any rule verifies at every batch size: the rows go through ``verify.decide``.
 
 Records: one ``GenerationRecord`` per row, in prompt order. Its times are the row's view: ``wall_time_s`` from the
 batch's start to the step the row stopped at (its latency), ``time_target_s`` every batched forward it took part
@@ -44,22 +45,11 @@ from .config import DecodeConfig, SamplingConfig
 from .decoding import Run, commit, start_run
 from .drafters.base import Drafter, Proposal, StepFeedback
 from .drafters.lm import LMDrafter
-from .drafters.medusa import MedusaDrafter
-from .drafters.ngram import NGramDrafter
-from .drafters.prompt_lookup import PromptLookupDrafter
+from .methods import BATCHING
 from .record import GenerationRecord
 from .speculative import record_step
 from .verify import Verdict, decide, to_host
 from .warping import sample, warp
-
-# The drafters that batch, and how. Exact classes, not subclasses: a subclass changes what is proposed or how it is
-# scored (LMDrafter's multi-draft, top-k, beam and BiLD subclasses), which this loop has not been shown to keep exact.
-BATCHABLE: dict[type, str] = {
-    LMDrafter: "speculative sampling: a draft model's chain, its forwards batched across rows",
-    PromptLookupDrafter: "prompt lookup: a chain copied from the row's own context",
-    NGramDrafter: "unigram/bigram tables: a chain drawn per row",
-    MedusaDrafter: "Medusa heads: a tree per row from the target's hidden states, scored with tree attention",
-}
 
 DrafterSource = Sequence[Drafter] | Callable[[int], Drafter]  # one drafter per row, or a factory row -> drafter
 
@@ -268,10 +258,9 @@ def check_drafters(drafters: DrafterSource, n_rows: int, method: str) -> list[Dr
     for b, drafter in enumerate(drafters):
         if not isinstance(drafter, Drafter):
             raise ValueError(f"drafters[{b}] is a {type(drafter).__name__}, not a Drafter")
-        if type(drafter) not in BATCHABLE:
+        if type(drafter).batching is None:
             raise ValueError(f"method {method!r} (drafter {type(drafter).__name__}, {drafter.name!r}) cannot batch: "
-                             f"batched decoding runs {', '.join(sorted(d.name for d in BATCHABLE))} only; run it at "
-                             f"batch size 1")
+                             f"batched decoding runs {', '.join(BATCHING)} only; run it at batch size 1")
     if len({id(d) for d in drafters}) != n_rows:
         raise ValueError("two rows share one drafter object: a drafter holds its row's state, give one per row "
                          "(a factory row -> Drafter)")
