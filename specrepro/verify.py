@@ -93,7 +93,7 @@ def decide(logits: Sequence[torch.Tensor], proposals: Sequence[Proposal], sampli
     for b, (prop, gen) in enumerate(zip(proposals, generators)):
         toks = next(rest)  # [N_b] on the host
         q_b = q_host[b] if q_host[b] is not None else one_hot(toks, p_host[b].shape[-1])  # [N_b, V]
-        uniforms = torch.rand(toks.numel() + 1, generator=gen, dtype=torch.float64)  # [N_b+1] on the generator's
+        uniforms = torch.rand(toks.numel() + 1, generator=gen, dtype=torch.float64)  # [N_b+1], CPU
         path, next_token = rule(p_host[b], q_b, toks, prop.tree_parents(), uniforms)
         path = [int(i) for i in path]
         decisions.append(Decision(path=path, tokens=toks[path].tolist() + [int(next_token)], p=p[b]))

@@ -1,12 +1,13 @@
 """Count, on the CPU, the host syncs a piece of decoding would make on a GPU (issue 38, item 6).
 
 A CPU run has no device, so "would sync" is tracked by hand: a ``TorchFunctionMode`` marks every tensor that would
-live on the accelerator (the models' parameters and buffers, what ops on marked tensors return, and host data copied to a
-``torch.device``) and counts
+live on the accelerator (the models' parameters and buffers, what ops on marked tensors return, and host data copied
+to a ``torch.device``) and counts
 
     reads    a marked tensor's value read on the host: ``int() float() bool() index``, ``.item() .tolist() .numpy()``,
-             ``.nonzero()`` (its output size is data), and downloads ``.cpu()`` / ``.to("cpu")``: each makes the host
-             wait for the device's queue
+             ``.nonzero()`` (its output size is data), and downloads ``.cpu()`` / ``.to("cpu")`` or a device value
+             written into a host tensor (``host[i] = x``, ``host.copy_(x)``): each makes the host wait for the
+             device's queue
     uploads  host data copied onto the device: ``torch.tensor/as_tensor(..., device=<torch.device>)``,
              ``.to(<torch.device>)`` of a host tensor; from pageable memory each one waits as well
 
@@ -64,6 +65,10 @@ class SyncCounter(TorchFunctionMode):
         super().__init__()
         self.reads: collections.Counter[str] = collections.Counter()
         self.uploads: collections.Counter[str] = collections.Counter()
+        self.watch(*modules)
+
+    def watch(self, *modules: torch.nn.Module) -> None:
+        """Take ``modules``' parameters and buffers as living on the device."""
         for module in modules:
             for t in list(module.parameters()) + list(module.buffers()):
                 setattr(t, MARK, True)
@@ -75,8 +80,11 @@ class SyncCounter(TorchFunctionMode):
         src = any(on_device(t) for t in inputs)
         out = func(*args, **kwargs)
         to = _to_device(name, args, kwargs)
-        if src and (name in READS or (name == "to" and to == "cpu")):
+        into_host = name in ("__setitem__", "copy_") and not on_device(args[0])  # a device value written to the host
+        if src and (name in READS or into_host or (name == "to" and to == "cpu")):
             self.reads[_site()] += 1
+            if name == "nonzero":  # its indices stay on the device
+                _mark(out)
         elif to == "device" and not src and (inputs or name in UPLOAD_FACTORIES):
             if isinstance(out, torch.Tensor) and out.numel():  # an empty tensor copies nothing (transformers' cache)
                 self.uploads[_site()] += 1
@@ -84,9 +92,6 @@ class SyncCounter(TorchFunctionMode):
         elif src:
             _mark(out)
         return out
-
-    def total(self) -> int:
-        return sum(self.reads.values()) + sum(self.uploads.values())
 
 
 def _to_device(name: str, args, kwargs) -> str | None:
