@@ -11,8 +11,8 @@ from .cli import (Parser, check_writable, device, existing_file, interrupted_whi
 with interrupted_while_starting():  # torch and transformers load here: a Ctrl-C meanwhile is one line too
     from .acceptance import TREE_RULES
     from .config import PRESETS, DecodeConfig, SamplingConfig
-    from .methods import (METHODS, OUR_METHODS, REGISTRY, RUN_FLAGS, Method, check_parameters_taken, method,
-                          parameter_fields)
+    from .methods import (BATCHING, METHODS, OUR_METHODS, REGISTRY, RUN_FLAGS, Method, check_parameters_taken,
+                          method, parameter_fields)
 
 
 def add_decode_args(p: argparse.ArgumentParser) -> None:
@@ -230,8 +230,8 @@ def build_parser() -> argparse.ArgumentParser:
                      help="run the target's (and a draft model's) forward through torch.compile (specrepro.compiled): "
                           "minutes of compiling the first time, a faster step after")
     gen.add_argument("--batch-size", type=positive_int, default=1,
-                     help="decode this many prompts at once (specrepro.batched: ar, speculative, prompt-lookup, "
-                          "unigram/bigram, medusa; each prompt's tokens are its batch-1 run's)")
+                     help=f"decode this many prompts at once (specrepro.batched: {', '.join(BATCHING)}; each "
+                          "prompt's tokens are its batch-1 run's)")
     gen.set_defaults(func=cmd_generate, interrupted=generate_interrupted, kept="printed no output")
 
     cal = sub.add_parser("calibrate", help="measure the device profile: c, L_fp(n), β(n) per dtype (cached)")

@@ -7,8 +7,8 @@ Issue 24, item 1. Each row is its own generation: its own prompt, drafter, seed,
    (prompt lookup, n-gram tables, Medusa heads) propose per row, as at batch 1;
 2. score: ONE target forward over every row's newest committed token and its tree, the trees padded to one node
    count with masked dummy nodes, each row at its own positions behind its own mask (``batch_cache.BatchCache``);
-3. verdict: per row, the same steps as ``verify.verify``: warp the row's p [N_b+1, V], draw its N_b+1 uniforms
-   from the row's own generator, apply the pure rule (``specrepro.acceptance``);
+3. verdict: per row, the very steps of the batch-1 loop (``verify.decide``): warp the row's p [N_b+1, V], draw its
+   N_b+1 uniforms from the row's own generator, apply the pure rule (``specrepro.acceptance``);
 4. keep and commit: each row keeps its accepted path in its slots (ragged acceptance), commits its tokens with its
    own EOS / max_new_tokens (``decoding.commit``), its drafter hears the feedback, its record the step;
 5. leave: a row that stopped leaves the batch (its cache rows are dropped); the others go on.
@@ -18,11 +18,12 @@ row's seed, in the order the batch-1 loop draws them, so a row's output is the b
 and seed, and never depends on its batch-mates (up to the rounding of a batched forward, which at T = 0 leaves
 the argmax and at T > 0 moves a CDF boundary by ~1e-7).
 
-Which drafters batch (``BATCHABLE``): a draft model (``LMDrafter``, speculative sampling: its forwards batched when
-every row drafts with the same model and that model takes per-row position ids, else per-row instances), prompt
-lookup and n-gram tables (per row, model-free), Medusa heads (per row on the target's hidden states, a tree scored
-with tree attention). Any other drafter (its own scorer, a tree drafted by a second model, state shared with the
-rule) raises one error naming the method: run it at batch size 1.
+Which drafters batch: those whose class declares how (``Drafter.batching``, the one declaration; ``Method.batches``
+derives from it): a draft model (``LMDrafter``, its forwards batched when every row drafts with the same model and
+that model takes per-row position ids, else per-row instances), prompt lookup and n-gram tables (per row,
+model-free), Medusa heads (per row on the target's hidden states, a tree scored with tree attention). Any other
+drafter (its own scorer, a tree drafted by a second model, state shared with the rule) raises one error naming the
+method: run it at batch size 1. Any rule verifies at every batch size: the rows go through ``verify.decide``.
 
 Records: one ``GenerationRecord`` per row, in prompt order. Its times are the row's view: ``wall_time_s`` from the
 batch's start to the step the row stopped at (its latency), ``time_target_s`` every batched forward it took part
@@ -44,22 +45,11 @@ from .config import DecodeConfig, SamplingConfig
 from .decoding import Run, commit, start_run
 from .drafters.base import Drafter, Proposal, StepFeedback
 from .drafters.lm import LMDrafter
-from .drafters.medusa import MedusaDrafter
-from .drafters.ngram import NGramDrafter
-from .drafters.prompt_lookup import PromptLookupDrafter
+from .methods import BATCHING
 from .record import GenerationRecord
 from .speculative import record_step
-from .verify import Verdict
-from .warping import one_hot, sample, warp
-
-# The drafters that batch, and how. Exact classes, not subclasses: a subclass changes what is proposed or how it is
-# scored (LMDrafter's multi-draft, top-k, beam and BiLD subclasses), which this loop has not been shown to keep exact.
-BATCHABLE: dict[type, str] = {
-    LMDrafter: "speculative sampling: a draft model's chain, its forwards batched across rows",
-    PromptLookupDrafter: "prompt lookup: a chain copied from the row's own context",
-    NGramDrafter: "unigram/bigram tables: a chain drawn per row",
-    MedusaDrafter: "Medusa heads: a tree per row from the target's hidden states, scored with tree attention",
-}
+from .verify import Verdict, decide, to_host
+from .warping import sample, warp
 
 DrafterSource = Sequence[Drafter] | Callable[[int], Drafter]  # one drafter per row, or a factory row -> drafter
 
@@ -122,9 +112,12 @@ def batched_generate(target: torch.nn.Module, drafters: DrafterSource, prompts: 
                                      [(prop.tokens, prop.tree_parents()) for prop in proposals], needs_hidden)
         score_s = clock.now() - t0
 
-        # 3. Verdict per row: warp -> the row's uniforms -> the rule.
-        verdicts = [row_verdict(row, logits[b], None if hidden is None else hidden[b], prop, config.sampling, rule,
-                                score_s) for b, (row, prop) in enumerate(zip(active, proposals))]
+        # 3. Verdict per row: warp -> the row's uniforms -> the rule, as the batch-1 loop's (``verify.decide``).
+        decisions = decide([logits[b] for b in range(len(active))], proposals, config.sampling, rule,
+                           [row.run.generator for row in active])
+        verdicts = [Verdict(tokens=d.tokens, path=d.path, p=d.p, n_inputs=prop.size + 1, score_s=score_s,
+                            hidden=None if hidden is None else hidden[b, :prop.size + 1])
+                    for b, (d, prop) in enumerate(zip(decisions, proposals))]
         cache.keep([v.path for v in verdicts])
 
         # 4. Commit per row (its EOS, its budget), feedback, record.
@@ -162,13 +155,14 @@ def batched_autoregressive(target: torch.nn.Module, prompts: list[list[int]], co
         logits, _ = cache.score([row.run.ids for row in active])  # [B, 1, V]
         cache.keep([[] for _ in active])
         forward_s = clock.now() - t0
+        # Every row's p comes to the host in one download, where the rows draw their tokens.
+        p = to_host([warp(logits[b, 0], config.sampling) for b in range(len(active))])  # B × [V]
         for b, row in enumerate(active):
             rec = row.run.rec
             rec.time_target_s += forward_s
             rec.target_calls += 1
-            p = warp(logits[b, 0], config.sampling)  # [V]
             u = torch.rand(1, generator=row.run.generator, dtype=torch.float64)
-            row.stop = commit(row.run.ids, row.run.out, [sample(p, u[0])], config, eos)
+            row.stop = commit(row.run.ids, row.run.out, [sample(p[b], u[0])], config, eos)
             if row.stop is not None:
                 finish(row, clock.now() - start)
         active = leave(active, cache, None)
@@ -190,27 +184,14 @@ def propose(active: list[Row], gammas: list[int], sampling: SamplingConfig, draf
             row.run.rec.time_draft_s += spent if gamma > 0 else 0.0
         return proposals
     proposals = []
+    t0 = clock.now()  # one reading between two rows' proposals: B+1 readings, each a device sync on CUDA
     for row, gamma in zip(active, gammas):
-        t0 = clock.now()
         proposals.append(row.drafter.propose(row.run.ids, gamma, sampling, row.run.draft_generator)
                          if gamma > 0 else Proposal.empty())
-        row.run.rec.time_draft_s += clock.now() - t0
+        t1 = clock.now()
+        row.run.rec.time_draft_s += t1 - t0
+        t0 = t1
     return proposals
-
-
-def row_verdict(row: Row, logits: torch.Tensor, hidden: torch.Tensor | None, proposal: Proposal,
-                sampling: SamplingConfig, rule: TreeRule | Callable, score_s: float) -> Verdict:
-    """Steps 2-3 of ``verify.verify`` for one row: logits [N+1, V] and hidden [N+1, H] are the row's batched rows,
-    of which the first N_b+1 are its own (the rest its dummy nodes')."""
-    tokens, parents = proposal.tokens.long().cpu(), proposal.tree_parents()  # [N_b], [N_b]
-    n = tokens.numel()
-    p = warp(logits[:n + 1], sampling)  # [N_b+1, V]
-    tokens = tokens.to(p.device)
-    q = proposal.probs.to(p.device) if proposal.probs is not None else one_hot(tokens, p.shape[-1])  # [N_b, V]
-    uniforms = torch.rand(n + 1, generator=row.run.generator, dtype=torch.float64).to(p.device)  # [N_b+1]
-    path, next_token = rule(p, q, tokens, parents, uniforms)
-    return Verdict(tokens=[int(tokens[i]) for i in path] + [int(next_token)], path=list(path), p=p,
-                   hidden=None if hidden is None else hidden[:n + 1], n_inputs=n + 1, score_s=score_s)
 
 
 def leave(active: list[Row], cache: BatchCache, draft: "BatchedDraft | None") -> list[Row]:
@@ -279,10 +260,9 @@ def check_drafters(drafters: DrafterSource, n_rows: int, method: str) -> list[Dr
     for b, drafter in enumerate(drafters):
         if not isinstance(drafter, Drafter):
             raise ValueError(f"drafters[{b}] is a {type(drafter).__name__}, not a Drafter")
-        if type(drafter) not in BATCHABLE:
+        if type(drafter).batching is None:
             raise ValueError(f"method {method!r} (drafter {type(drafter).__name__}, {drafter.name!r}) cannot batch: "
-                             f"batched decoding runs {', '.join(sorted(d.name for d in BATCHABLE))} only; run it at "
-                             f"batch size 1")
+                             f"batched decoding runs {', '.join(BATCHING)} only; run it at batch size 1")
     if len({id(d) for d in drafters}) != n_rows:
         raise ValueError("two rows share one drafter object: a drafter holds its row's state, give one per row "
                          "(a factory row -> Drafter)")
@@ -328,13 +308,15 @@ class BatchedDraft:
             drafting = [i < g for g in gammas]
             logits, _ = self.lm.score([seq if on else None for seq, on in zip(seqs, drafting)])  # [B, 1, V]
             self.lm.keep([[] for _ in ids])
-            for b, on in enumerate(drafting):
-                if on:
-                    q_i = warp(logits[b, 0], sampling)  # [V]
-                    x_i = sample(q_i, uniforms[b][i])
-                    tokens[b].append(x_i)
-                    probs[b].append(q_i)
-                    seqs[b].append(x_i)
+            rows = [b for b, on in enumerate(drafting) if on]
+            # The drafting rows' q rows come to the host in one download, where each row draws its token (the next
+            # forward takes host ids) and its proposal keeps its rows.
+            q = to_host([warp(logits[b, 0], sampling) for b in rows])  # [V] each
+            for b, q_i in zip(rows, q):
+                x_i = sample(q_i, uniforms[b][i])
+                tokens[b].append(x_i)
+                probs[b].append(q_i)
+                seqs[b].append(x_i)
         return [Proposal(tokens=torch.tensor(tokens[b], dtype=torch.long), probs=torch.stack(probs[b]), calls=g)
                 if g > 0 else Proposal.empty() for b, g in enumerate(gammas)]
 

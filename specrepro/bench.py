@@ -24,14 +24,14 @@ How the timings are kept fair:
 4. Clocks synchronise with the device (``decoding.Clock``); the thread count is recorded.
 
 ``--batch-size B`` (default 1) decodes the prompts B at a time in one batched run per (batch, repeat, variant)
-(``generate.generate_batch``, ``specrepro.batched``): the first B prompts are batch 0, the next B batch 1, and so on.
-Every variant must batch (``Method.batches``: ar, speculative, prompt-lookup, unigram, bigram, medusa; one clear error
-otherwise, before a model loads), so the baseline is batched ar. Each prompt still gets its own record under the same
-key, with its batch-1 seed (so its tokens are its batch-1 run's), ``batch_size`` and its ``batch``; its
-``wall_time_s`` is its latency within the batch. The summary's tokens/s is throughput (every row's tokens over the
-batches' wall times) and ``latency_per_token_s`` each row's view; the device profile is timed over B rows per forward
-(``ProfileKey.batch``), so c, β and the predicted speedup are the batched step's (β(B, γ+1) of the survey blog).
-Energy is the batch's, shared among its rows by their tokens.
+(``generate.generate_batch``, ``specrepro.batched``): the first B prompts are batch 0, the next B batch 1, and so
+on. Every variant must batch (``Method.batches``, derived from the drafter classes: ar, speculative, prompt-lookup,
+unigram, bigram, medusa, mentored; one clear error otherwise, before a model loads), so the baseline is batched ar.
+Each prompt still gets its own record under the same key, with its batch-1 seed (so its tokens are its batch-1
+run's), ``batch_size`` and its ``batch``; its ``wall_time_s`` is its latency within the batch. The summary's
+tokens/s is throughput (every row's tokens over the batches' wall times) and ``latency_per_token_s`` each row's
+view; the device profile is timed over B rows per forward (``ProfileKey.batch``), so c, β and the predicted speedup
+are the batched step's (β(B, γ+1) of the survey blog). Energy is the batch's, shared among its rows by their tokens.
 
 Files in ``DIR``:
 

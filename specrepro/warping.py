@@ -41,9 +41,11 @@ def sample(probs: torch.Tensor, u: float | torch.Tensor) -> int:
     probability 0 (a flat step of the CDF) can never be returned.
     """
     cdf = probs.double().cumsum(-1)  # [V]
-    target = torch.as_tensor(u, dtype=torch.float64, device=cdf.device) * cdf[-1]
-    idx = torch.searchsorted(cdf, target.reshape(1), right=True)
-    return int(idx.clamp(max=probs.shape[-1] - 1))
+    # u as a Python float: a host uniform is not copied onto the device for one multiplication (on a GPU that copy
+    # waits for the queue); the product is the float64 u·cdf[-1] either way.
+    target = cdf[-1:] * float(u)  # [1]
+    idx = torch.searchsorted(cdf, target, right=True)
+    return int(idx.clamp(max=probs.shape[-1] - 1))  # the one read: on a device, the token's wait
 
 
 def one_hot(tokens: torch.Tensor, vocab_size: int) -> torch.Tensor:

@@ -216,7 +216,7 @@ def test_bad_batch_inputs_get_one_clear_error(tiny_pair_64):
         batched_autoregressive(target, [], config)
 
 
-@pytest.mark.parametrize("name", ["ar", "prompt-lookup", "speculative"])
+@pytest.mark.parametrize("name", ["ar", "prompt-lookup", "speculative", "mentored"])
 def test_generate_batch_gives_each_prompt_its_batch_1_record(tiny_pair_64, name):
     """``generate_batch`` (the command line's --batch-size) through the registry: each prompt's tokens are those of
     ``generate_ids`` on it alone, at T = 1 too; its record says the batch it ran in."""
@@ -224,7 +224,7 @@ def test_generate_batch_gives_each_prompt_its_batch_1_record(tiny_pair_64, name)
     from tests.helpers import loaded
     target, draft = tiny_pair_64
     config = DecodeConfig(method=name, max_new_tokens=10, gamma=3, sampling=SamplingConfig(temperature=1.0), seed=4)
-    source = loaded(draft) if name == "speculative" else None
+    source = loaded(draft) if name in ("speculative", "mentored") else None
     records = generate_batch(loaded(target), PROMPTS, config, draft=source)
     for prompt, rec in zip(PROMPTS, records):
         assert rec.token_ids == generate_ids(loaded(target), prompt, config, draft=source).token_ids
@@ -249,11 +249,11 @@ def test_generate_batch_size_flag_refuses_before_any_model_loads(capsys):
     assert "gamma auto runs at batch size 1" in capsys.readouterr().err
 
 
-def test_the_methods_that_say_they_batch_build_drafters_the_batched_loop_runs(tiny_pair_64):
-    """``Method.batches`` (what generate and bench check before a model loads) agrees with ``batched.BATCHABLE`` (what
-    the loop checks): each batching method of the speculative loop builds a drafter of a class it lists, and every
-    other method is refused by ``generate_batch`` at once."""
-    from specrepro.batched import BATCHABLE
+def test_which_methods_batch_derives_from_the_drafter_classes(tiny_pair_64):
+    """``Method.batches`` (what generate and bench check before a model loads) derives from the one declaration,
+    ``Drafter.batching``, through the class each method builds (``Method.drafter_type``, checked at every build):
+    each batching method of the speculative loop builds a drafter of a class that declares it, the batched loop
+    runs it, and every other method is refused by ``generate_batch`` at once. A subclass does not inherit it."""
     from specrepro.generate import generate_batch
     from specrepro.methods import BATCHING, REGISTRY, Loop
     from tests.helpers import loaded
@@ -261,13 +261,24 @@ def test_the_methods_that_say_they_batch_build_drafters_the_batched_loop_runs(ti
     g = torch.Generator().manual_seed(0)
     table = fit_ngram(torch.randint(0, 64, (6, 12), generator=g).tolist(), 64, order=2)
     sources = {"speculative": loaded(draft), "prompt-lookup": None, "unigram": table, "bigram": table,
-               "medusa": medusa(target)}
+               "medusa": medusa(target), "mentored": loaded(draft)}
     speculative = {m for m in BATCHING if REGISTRY[m].loop is Loop.SPECULATIVE}
     assert speculative == set(sources) and set(BATCHING) - speculative == {"ar"}
     for name in speculative:
         built = REGISTRY[name].build_drafter(sources[name], loaded(target), REGISTRY[name].config(gamma=2))
-        assert type(built) in BATCHABLE, name
+        assert type(built) is REGISTRY[name].drafter_type and type(built).batching, name
     for name, spec in REGISTRY.items():
         if not spec.batches:
             with pytest.raises(ValueError, match=f"'{name}' cannot batch"):
                 generate_batch(loaded(target), PROMPTS, DecodeConfig(method=name, max_new_tokens=4, gamma=2))
+    assert LMDrafter.batching and MultiDraftDrafter.batching is None  # a subclass declares for itself
+
+
+def test_a_method_whose_factory_builds_another_class_than_it_declares_is_one_clear_error(tiny_pair_64):
+    import dataclasses
+    from specrepro.methods import REGISTRY
+    from tests.helpers import loaded
+    target, draft = tiny_pair_64
+    wrong = dataclasses.replace(REGISTRY["speculative"], drafter_type=PromptLookupDrafter)
+    with pytest.raises(TypeError, match="declares drafter_type PromptLookupDrafter but built a LMDrafter"):
+        wrong.build_drafter(loaded(draft), loaded(target), wrong.config(gamma=2))

@@ -25,7 +25,7 @@ gamma)`` picks n (``specrepro.cost.best_tree_size``).
 from __future__ import annotations
 
 import abc
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, ClassVar, Protocol
 
 import torch
 
@@ -43,6 +43,16 @@ class Drafter(abc.ABC):
 
     name: str = "drafter"
     needs_hidden: bool = False  # ask the loop for the target's hidden states in feedback (self-drafting heads)
+    # How its rows run in the batched loop (``specrepro.batched``), one line; None: at batch size 1 only. The one
+    # declaration of which methods batch (``Method.batches`` derives from it).
+    batching: ClassVar[str | None] = None
+
+    def __init_subclass__(cls, **kwargs):
+        super().__init_subclass__(**kwargs)
+        # Declared by a class for itself alone, never inherited: a subclass changes what is proposed or how it is
+        # scored (LMDrafter's multi-draft, top-k, beam and BiLD subclasses), which the batched loop has not been
+        # shown to keep exact.
+        cls.batching = cls.__dict__.get("batching")
 
     @abc.abstractmethod
     def propose(self, ids: list[int], gamma: int, sampling: SamplingConfig,

@@ -51,6 +51,7 @@ def sample_chain(lm: CachedModel, prefix: list[int], length: int, sampling: Samp
 
 class LMDrafter(Drafter):
     name = "lm"
+    batching = "speculative sampling: a draft model's chain, its forwards batched across rows"
 
     def __init__(self, model: torch.nn.Module):
         self.lm = CachedModel(model)

@@ -149,6 +149,7 @@ class MedusaDrafter(TreeDrafter):
     prefills the prompt). ``tree_size`` nodes at most; γ caps the depth (at most K)."""
 
     name = "medusa"
+    batching = "Medusa heads: a tree per row from the target's hidden states, scored with tree attention"
     needs_hidden = True
 
     def __init__(self, heads: MedusaHeads, config: MedusaConfig, lm_head: torch.nn.Module, tree_size: int = 16,

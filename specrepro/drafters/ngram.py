@@ -129,6 +129,8 @@ def fit_ngram(sequences: Iterable[Sequence[int]], vocab_size: int, order: int, a
 class NGramDrafter(Drafter):
     """Drafts γ tokens from an n-gram table; a bigram conditions each token on the previous one."""
 
+    batching = "unigram/bigram tables: a chain drawn per row"
+
     def __init__(self, table: NGramTable, sample: bool = True):
         self.table = table
         self.sample = sample

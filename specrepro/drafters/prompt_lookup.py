@@ -39,6 +39,7 @@ def lookup(ids: list[int], gamma: int, max_ngram: int = 3, min_ngram: int = 1) -
 
 class PromptLookupDrafter(Drafter):
     name = "prompt-lookup"
+    batching = "prompt lookup: a chain copied from the row's own context"
 
     def __init__(self, max_ngram: int = 3, min_ngram: int = 1):
         if not 1 <= min_ngram <= max_ngram:

@@ -9,13 +9,15 @@ A method carries everything the package needs to run it and to say what it ran:
     params    its frozen parameters dataclass (a ``config.MethodParams``, fields declared with ``config.param``):
               the command line's flags, the bench labels (``mjsd:b4:tau0.5``) and the validation derive from it
     drafter   (source, target, config) -> Drafter, for the speculative loop
+    drafter_type  the Drafter class ``drafter`` builds (checked at every build): what says whether it batches
     rule      params -> TreeRule, when it verifies with a rule of its own (SpecTr, MJSD, BiLD, mentored)
     tree      its token-tree sizing (Medusa heads, PPD prompt tokens): the hardware-aware size on a device profile
     nodes     (γ, params) -> draft nodes one step scores, when not γ (m chains of γ)
     counterpart  for transformers' baselines: our method it must reproduce token for token at T = 0 (llama.cpp's
               decode another file of the model in other types: none)
-    batches   whether it runs B prompts at once (``specrepro.batched``: AR and the drafters ``batched.BATCHABLE``
-              lists); ``generate`` and ``bench`` refuse ``--batch-size`` > 1 for the others, before a model loads
+    batches   (derived) whether it runs B prompts at once (``specrepro.batched``): AR, and every speculative method
+              whose drafter class declares how its rows batch (``Drafter.batching``, the one declaration);
+              ``generate`` and ``bench`` refuse ``--batch-size`` > 1 for the others, before a model loads
 """
 from __future__ import annotations
 
@@ -112,11 +114,11 @@ class Method:
     needs: Needs = Needs.NOTHING
     params: type[MethodParams] = NoParams
     drafter: DrafterFactory | None = None
+    drafter_type: type | None = None  # the Drafter class ``drafter`` builds
     rule: Callable[[Any], TreeRule] | None = None  # (params) -> its own acceptance rule; None: config.acceptance
     tree: TreeSizing | None = None
     nodes: Callable[[int, Any], int] | None = None
     counterpart: str | None = None
-    batches: bool = False
 
     def __post_init__(self):
         if not isinstance(self.loop, Loop) or not isinstance(self.cost, Cost) or not isinstance(self.needs, Needs):
@@ -124,6 +126,8 @@ class Method:
                              f"{self.loop!r}, {self.cost!r}, {self.needs!r}")
         if (self.loop is Loop.SPECULATIVE) != (self.drafter is not None):
             raise ValueError(f"method {self.name!r}: a drafter exactly when the loop is speculative")
+        if (self.drafter is not None) != (self.drafter_type is not None):
+            raise ValueError(f"method {self.name!r}: a drafter names the Drafter class it builds (drafter_type)")
         if not (isinstance(self.params, type) and issubclass(self.params, MethodParams)):
             raise ValueError(f"method {self.name!r}: params must be a MethodParams subclass")
 
@@ -135,6 +139,14 @@ class Method:
     @property
     def token_tree(self) -> bool:
         return self.tree is not None
+
+    @property
+    def batches(self) -> bool:
+        """Whether it runs B prompts at once: the AR baseline, and a speculative method whose drafter class declares
+        how its rows batch (``Drafter.batching``); any rule verifies at every batch size (``verify.decide``)."""
+        if self.loop is Loop.AR:
+            return True
+        return self.drafter_type is not None and self.drafter_type.batching is not None
 
     @property
     def rule_name(self) -> str | None:
@@ -229,7 +241,11 @@ class Method:
             return source
         if self.needs.flag is not None and source is None:
             raise ValueError(f"method {self.name!r} needs a {self.needs.value} ({self.needs.flag})")
-        return self.drafter(source, target, self.resolve(config or DecodeConfig(method=self.name)))
+        built = self.drafter(source, target, self.resolve(config or DecodeConfig(method=self.name)))
+        if type(built) is not self.drafter_type:  # the declaration batching is derived from must not drift
+            raise TypeError(f"method {self.name!r} declares drafter_type {self.drafter_type.__name__} but built a "
+                            f"{type(built).__name__}")
+        return built
 
     def draft_nodes(self, gamma: int, params: MethodParams | None = None) -> int:
         """Draft nodes one verification scores at γ (m chains of γ for multi-draft methods)."""

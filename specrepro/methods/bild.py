@@ -20,5 +20,6 @@ BILD = Method("bild", Loop.SPECULATIVE, Cost.DRAFT_MODEL, needs=Needs.DRAFT_MODE
               rule=lambda params: BILD_RULE.with_params(rollback_threshold=params.rollback_threshold),
               drafter=lambda draft, target, config: BiLDDrafter(draft.model,
                                                                 fallback_threshold=config.params.fallback_threshold),
+              drafter_type=BiLDDrafter,
               document="MJSD paper (baseline)", output="lossy, no bound; token-identical to argmax at T = 0",
               summary="draft until its confidence < τ1, roll back at −log p > τ2")

@@ -5,5 +5,6 @@ from .base import Cost, Loop, Method, Needs
 
 FUSED = Method("fused", Loop.SPECULATIVE, Cost.DRAFT_MODEL, needs=Needs.DRAFT_MODEL,
                drafter=lambda draft, target, config: FusedDrafter(draft.model, PromptLookupDrafter()),
+               drafter_type=FusedDrafter,
                document="survey blog",
                summary="prompt-lookup copies when the context matches, the draft model's chain otherwise")

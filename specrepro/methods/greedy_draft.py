@@ -36,6 +36,7 @@ class TopKDrafter(LMDrafter):
 
 GREEDY_DRAFT = Method("greedy-draft", Loop.SPECULATIVE, Cost.DRAFT_MODEL, needs=Needs.DRAFT_MODEL, params=Params,
                       drafter=lambda draft, target, config: TopKDrafter(draft.model, config.params.draft_top_k),
+                      drafter_type=TopKDrafter,
                       document="survey blog (q greedy)",
                       summary="the draft's argmax as a deterministic q (accepted w.p. p(x)); `--draft-top-k k`: its k "
                               "best, renormalised")

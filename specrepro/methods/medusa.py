@@ -4,4 +4,4 @@ from .self_drafting import self_drafting
 
 MEDUSA = self_drafting("medusa", Needs.MEDUSA_HEADS,
                        "Medusa heads draft a sparse token tree; `--tree-size`, default hardware-aware",
-                       document="survey blog, PPD paper", batches=True)
+                       document="survey blog, PPD paper")

@@ -21,6 +21,6 @@ def rule(params: Params):
 
 
 MENTORED = Method("mentored", Loop.SPECULATIVE, Cost.DRAFT_MODEL, needs=Needs.DRAFT_MODEL, params=Params, rule=rule,
-                  drafter=lambda draft, target, config: LMDrafter(draft.model),
+                  drafter=lambda draft, target, config: LMDrafter(draft.model), drafter_type=LMDrafter,
                   document="mentored blog", output="lossy: KL(p ‖ output) ≤ D per token; D = 0 lossless",
                   summary="the draft's chain with the optimal acceptance under a KL bound D")

@@ -17,5 +17,6 @@ class Params(mjgd.Params):  # num_beams, declared once with MJGD's
 MJSD = Method("mjsd", Loop.SPECULATIVE, Cost.DRAFT_MODEL, needs=Needs.DRAFT_MODEL, params=Params,
               rule=lambda params: MJSD_RULE.with_params(tau=params.tau),
               drafter=lambda draft, target, config: BeamDrafter(draft.model, num_beams=config.params.num_beams),
+              drafter_type=BeamDrafter,
               document="MJSD paper", output="lossy, no bound; τ = 1 is sampling from p",
               summary="γ drafts by beam sampling; longest prefix with min(1, p/q) > τ, then a sample from p")

@@ -22,6 +22,6 @@ def m_chains(gamma: int, params: Params) -> int:
 
 
 MULTI_DRAFT = Method("multi-draft", Loop.SPECULATIVE, Cost.DRAFT_MODEL, needs=Needs.DRAFT_MODEL, params=Params,
-                     drafter=drafter, nodes=m_chains,
+                     drafter=drafter, drafter_type=MultiDraftDrafter, nodes=m_chains,
                      document="none (SpecInfer), beside SpecTr",
                      summary="m i.i.d. draft chains as one tree, recursive rejection sampling")

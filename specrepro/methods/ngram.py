@@ -18,7 +18,9 @@ def table_drafter(order: int):
 
 
 UNIGRAM = Method("unigram", Loop.SPECULATIVE, Cost.MODEL_FREE, needs=Needs.NGRAM_TABLE, drafter=table_drafter(1),
-                 batches=True,                 document="slides", summary="unigram draft (Table 3): `--ngram-table FILE`, an `.npz` of "
-                                                  "`drafters.ngram.fit_ngram` (c = 0)")
+                 drafter_type=NGramDrafter, document="slides",
+                 summary="unigram draft (Table 3): `--ngram-table FILE`, an `.npz` of `drafters.ngram.fit_ngram` "
+                         "(c = 0)")
 BIGRAM = Method("bigram", Loop.SPECULATIVE, Cost.MODEL_FREE, needs=Needs.NGRAM_TABLE, drafter=table_drafter(2),
-                batches=True,                document="slides", summary="bigram draft (Table 3): `--ngram-table FILE`, as unigram's (c = 0)")
+                drafter_type=NGramDrafter, document="slides",
+                summary="bigram draft (Table 3): `--ngram-table FILE`, as unigram's (c = 0)")

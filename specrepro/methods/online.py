@@ -4,6 +4,7 @@ import copy
 from dataclasses import dataclass
 
 from ..config import ONLINE_DIVERGENCES, ONLINE_EXAMPLES, MethodParams, number, param, whole
+from ..drafters.online import OnlineDrafter
 from ..training.online import OnlineConfig, online_drafter
 from .base import Cost, Loop, Method, Needs
 
@@ -32,6 +33,6 @@ def drafter(draft, target, config):
 
 
 ONLINE = Method("online", Loop.SPECULATIVE, Cost.DRAFT_MODEL, needs=Needs.DRAFT_MODEL, params=Params,
-                drafter=drafter,
+                drafter=drafter, drafter_type=OnlineDrafter,
                 document="survey blog",
                 summary="an fp32 copy of the draft distilled towards the target's rows while serving")

@@ -4,5 +4,5 @@ from .base import Cost, Loop, Method
 
 PROMPT_LOOKUP = Method("prompt-lookup", Loop.SPECULATIVE, Cost.MODEL_FREE,
                        drafter=lambda source, target, config: PromptLookupDrafter(),
-                       document="survey blog", batches=True,
+                       drafter_type=PromptLookupDrafter, document="survey blog",
                        summary="copies what followed the latest match of the context's suffix (c = 0)")

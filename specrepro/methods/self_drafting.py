@@ -13,6 +13,7 @@ class Weights(NamedTuple):
     """How one kind of self-drafting weights is read and turned into a drafter."""
 
     module: Any  # the drafter's module: DEFAULT_TREE_SIZE and choose_tree_size(config, profile, γ)
+    drafter: type  # the Drafter class ``build`` returns
     read_config: Callable[[Path], Any]  # folder -> the weights' config (rank probabilities), without the tensors
     build: Callable[[Path, Any, int, Any], Any]  # (folder, target LoadedModel, tree size, method params) -> drafter
 
@@ -35,11 +36,11 @@ def eagle_drafter(folder: Path, target, size: int, params):
 
 
 WEIGHTS = {
-    Needs.MEDUSA_HEADS: Weights(medusa, lambda f: medusa.load_heads(f)[1],
+    Needs.MEDUSA_HEADS: Weights(medusa, medusa.MedusaDrafter, lambda f: medusa.load_heads(f)[1],
                                 head_drafter(medusa.load_heads, medusa.MedusaDrafter)),
-    Needs.PPD_PROMPT_TOKENS: Weights(ppd, lambda f: ppd.load_prompt_tokens(f)[1],
+    Needs.PPD_PROMPT_TOKENS: Weights(ppd, ppd.PPDDrafter, lambda f: ppd.load_prompt_tokens(f)[1],
                                      head_drafter(ppd.load_prompt_tokens, ppd.PPDDrafter)),
-    Needs.EAGLE_DRAFT: Weights(eagle, eagle.read_config, eagle_drafter),
+    Needs.EAGLE_DRAFT: Weights(eagle, eagle.EagleDrafter, eagle.read_config, eagle_drafter),
 }
 
 
@@ -67,5 +68,6 @@ def sizing(needs: Needs) -> TreeSizing:
 
 def self_drafting(name: str, needs: Needs, summary: str, document: str, **fields) -> Method:
     return Method(name, Loop.SPECULATIVE, Cost.SELF_DRAFTING, needs=needs, drafter=self_drafter(needs),
+                  drafter_type=WEIGHTS[needs].drafter,
                   tree=sizing(needs), summary=summary, document=document,
                   output="lossless; `--acceptance typical`: lossy, no bound", **fields)

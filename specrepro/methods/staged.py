@@ -6,5 +6,6 @@ from .base import Cost, Loop, Method, Needs
 
 STAGED = Method("staged", Loop.SPECULATIVE, Cost.DRAFT_MODEL, needs=Needs.DRAFT_MODEL,
                 drafter=lambda draft, target, config: StagedDrafter(draft.model, PromptLookupDrafter()),
+                drafter_type=StagedDrafter,
                 document="survey blog",
                 summary="the draft model's chain, itself drafted by prompt lookup and verified by the draft")
