@@ -43,7 +43,7 @@ from tqdm import tqdm
 from ..autoregressive import autoregressive_generate
 from ..config import DecodeConfig, SamplingConfig
 from ..cost import tau
-from ..decoding import eos_ids
+from ..decoding import eos_ids, model_device
 from ..drafters import LMDrafter
 from ..executor import ExecutorConfig, executor_arg, run_cells
 from ..prompts import encode_prompt, load_suite
@@ -156,14 +156,14 @@ def teacher_examples(target: torch.nn.Module, pairs: list[tuple[list[int], list[
         part = pairs[i: i + chunk]
         seqs = [list(x) + list(y) for x, y in part]
         width = max(map(len, seqs))
-        ids = torch.tensor([s + [0] * (width - len(s)) for s in seqs])  # [b, L]
+        ids = torch.tensor([s + [0] * (width - len(s)) for s in seqs], device=model_device(target))  # [b, L]
         with torch.inference_mode():
             logits = target(input_ids=ids).logits  # [b, L, V]
         for b, ((x, y), s) in enumerate(zip(part, seqs)):
             n0, n = len(x), len(s)
             rows = logits[b, n0 - 1: n - 1].float().softmax(-1)  # rows predicting y_0..y_{m-1}: [m, V]
             top = torch.topk(rows, top_k, dim=-1)  # [m, K]
-            examples.append(Example.with_rows(s, slice(n0, None), top.indices, top.values))
+            examples.append(Example.with_rows(s, slice(n0, None), top.indices.cpu(), top.values.cpu()))
     return examples
 
 
@@ -334,7 +334,7 @@ def run_study(target: torch.nn.Module, draft: torch.nn.Module, data: StudyData, 
             tmp = path.with_name(f".{path.name}.tmp")
             torch.save(value, tmp)
             tmp.replace(path)
-        return torch.load(path, weights_only=False)
+        return torch.load(path, weights_only=False, map_location="cpu")  # examples live on the CPU
 
     t0 = time.perf_counter()
     fixed = cached("fixed", lambda: teacher_examples(target, [(list(x), list(y)) for x, y in data.train],

@@ -85,7 +85,7 @@ def data_agreement(draft: ReducedVocabDraft, examples: list[Example], max_len: i
     rows = 0
     with torch.no_grad():
         for i in range(0, len(examples), chunk):
-            b = collate(examples[i: i + chunk], max_len)
+            b = collate(examples[i: i + chunk], max_len).to(draft.token_map.device)
             logq, p, logq_c = student_rows(draft, b)  # [R, N], [R, K+1], [R, K+1]
             top1 += float((draft.kept_ids[logq.argmax(-1)] == b.top_ids[b.row_mask][:, 0]).sum())  # col 0: p's argmax
             overlap += float(torch.minimum(p[:, :-1], logq_c[:, :-1].exp()).sum())  # the top-k, not "rest"
