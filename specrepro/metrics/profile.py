@@ -53,6 +53,7 @@ from simulations.speculative import BetaCurve
 from ..cost import seconds_per_token
 from ..decoding import Clock, model_device
 from ..kvcache import CachedModel
+from ..models import native_bf16
 from ..provenance import atomic_write_text, git_revision
 
 FORMAT = "specrepro-device-profile/2"  # /2 adds the longer contexts and the prefill
@@ -98,7 +99,7 @@ def device_key(device: torch.device) -> str:
 def candidate_dtypes(device: torch.device) -> tuple[str, ...]:
     """The dtypes ``--dtype auto`` chooses among on this device (fp16 on a CPU has no fast kernels)."""
     if device.type == "cuda":
-        return ("bf16", "fp16", "fp32") if torch.cuda.is_bf16_supported() else ("fp16", "fp32")
+        return ("bf16", "fp16", "fp32") if native_bf16(device) else ("fp16", "fp32")
     return ("bf16", "fp32")
 
 
