@@ -389,6 +389,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--cache", default=None, help="folder of the target's samples as tensors (default: --out)")
     parser.add_argument("--target", default="smollm2-135m-instruct")
     parser.add_argument("--draft", default="smollm2-135m-draft")
+    parser.add_argument("--device", default=None, help="cpu, cuda or cuda:N (default: cuda when available)")
     parser.add_argument("--threads", type=threads_arg, default=None,
                         help="torch threads (here, and of each Ray task: the CPUs it reserves; default 1 there)")
     parser.add_argument("--executor", type=executor_arg, default="local",
@@ -403,6 +404,7 @@ def main(argv: list[str] | None = None) -> None:
     args = vars(parser.parse_args(argv))
     out, cache, names, threads = args.pop("out"), args.pop("cache"), (args.pop("target"), args.pop("draft")), \
         args.pop("threads")
+    device = args.pop("device")
     executor = args.pop("executor")
     if executor.kind == "ray":
         executor = dataclasses.replace(executor, num_cpus=threads or 1)
@@ -413,7 +415,7 @@ def main(argv: list[str] | None = None) -> None:
                              for k, v in args.items()})
     except ValueError as e:
         parser.error(str(e))  # one line and exit status 2
-    target = load_model(names[0], dtype="fp32")
+    target = load_model(names[0], dtype="fp32", device=device)
     draft = load_draft(names[1], target, dtype="fp32")
     result = run_study(target.model, draft.model, suite_data(target, cfg), cfg, out, cache, executor=executor)
     print(json.dumps({"baseline_tau": result["baseline"]["tau"],
