@@ -96,6 +96,17 @@ def device_key(device: torch.device) -> str:
     return f"cpu:{info['name']}:{'+'.join(info['kernel_flags']) or 'baseline'}"
 
 
+def device_name(device: torch.device | str, threads: int | None = None) -> str:
+    """The device as a table or a footer names it: "NVIDIA H100 80GB HBM3 (cuda:0)", or "CPU <model>" with its
+    ``threads`` when given (what the CPU's timings depend on)."""
+    device = torch.device(device)
+    if device.type == "cuda":
+        index = device.index if device.index is not None else torch.cuda.current_device()
+        return f"{torch.cuda.get_device_name(index)} (cuda:{index})"
+    name = f"{device.type.upper()} {cpu_info()['name']}" if device.type == "cpu" else str(device)
+    return f"{name}, {threads} thread(s)" if threads is not None else name
+
+
 def candidate_dtypes(device: torch.device) -> tuple[str, ...]:
     """The dtypes ``--dtype auto`` chooses among on this device (fp16 on a CPU has no fast kernels)."""
     if device.type == "cuda":
