@@ -115,6 +115,17 @@ def native_bf16(device: torch.device | str) -> bool:
     return torch.cuda.get_device_capability(device)[0] >= 8
 
 
+def resolve_device(device: str | torch.device | None) -> torch.device:
+    """A ``--device`` value as a torch device: None or "auto" is ``default_device()``; a bad name is one clear
+    error."""
+    if device is None or device == "auto":
+        return default_device()
+    try:
+        return torch.device(device)
+    except (RuntimeError, TypeError):
+        raise ValueError(f"--device must be auto, cpu, cuda or cuda:N, got {device!r}") from None
+
+
 def default_dtype(device: torch.device) -> torch.dtype:
     # bf16 on CPU: ~1.5x faster than fp32 for this memory-bound decode; bf16 on GPUs that have it, fp16 on the rest.
     return torch.bfloat16 if native_bf16(device) else torch.float16

@@ -256,7 +256,7 @@ class Example:
 def load_data(data_dir: Path, cfg: DataConfig) -> list[Example]:
     seqs = []
     for name, _, _ in shard_plan(cfg):
-        d = torch.load(data_dir / name)
+        d = torch.load(data_dir / name, map_location="cpu")
         for s, n in enumerate(d["length"].tolist()):
             seqs.append(Example(d["tokens"][s, :n].long(), d["has_row"][s, :n], d["top_ids"][s, :n].long(),
                                   d["top_probs"][s, :n].float(), d["tail"][s, :n]))
