@@ -81,7 +81,11 @@ class CheckConfig:
             raise ValueError(f"--parts: choose among {', '.join(PARTS)}, got {', '.join(self.parts) or 'none'}")
         if self.stand_in not in ("auto", "none", "random", "tiny"):
             raise ValueError(f"--stand-in: auto, none, random or tiny, got {self.stand_in!r}")
-        if not torch.device(self.device).type in ("cuda", "cpu"):
+        try:
+            kind = torch.device(self.device).type
+        except RuntimeError:
+            kind = None
+        if kind not in ("cuda", "cpu"):
             raise ValueError(f"--device: cuda, cuda:N or cpu, got {self.device!r}")
 
     @property
