@@ -428,22 +428,10 @@ def part_energy(ctx: Context) -> None:
                    + (f" ({m.reason})" if m.joules is None else ""))
 
 
-def copy_bandwidth(device: torch.device, mib: int = 256, repeats: int = 10) -> float:
-    """Bytes per second of a device-to-device copy, counting the bytes read and those written."""
-    from .decoding import Clock
-    x = torch.empty(mib * 2**20, dtype=torch.uint8, device=device)
-    y = torch.empty_like(x)
-    y.copy_(x)
-    clock = Clock(device)
-    with clock.interval() as span:
-        for _ in range(repeats):
-            y.copy_(x)
-    return 2 * x.numel() * repeats / span.seconds
-
-
 def part_bench(ctx: Context) -> None:
     """``bench`` with ar, speculative, eagle and hf-ar; each method's time per target call against the floor of
     reading the target's weights once at the measured copy bandwidth."""
+    from .metrics.profile import memory_bandwidth
     from .models import load_model
     dtype, out = ctx.cfg.dtypes[0], ctx.work / "bench"
     shutil.rmtree(out, ignore_errors=True)
@@ -453,7 +441,7 @@ def part_bench(ctx: Context) -> None:
          "--dtype", dtype, "--repeats", "1", "--out", str(out), "--no-progress", "--no-quality"])
     model = load_model(ctx.target, dtype=dtype, device=ctx.cfg.device).model
     weights = sum(p.numel() * p.element_size() for p in model.parameters())
-    bandwidth = copy_bandwidth(torch.device(ctx.cfg.device))
+    bandwidth = memory_bandwidth(torch.device(ctx.cfg.device), repeats=10)
     floor_s = weights / bandwidth
     ctx.report.add("bench", "floor", "INFO", f"{weights / 1e6:.0f} MB of {dtype} weights / {bandwidth / 1e9:.0f} GB/s "
                                              f"copy bandwidth = {floor_s * 1e3:.3f} ms")
