@@ -12,6 +12,13 @@
 #          carry:     [".whl"]
 #          timeout_s: 540
 #      The table comes back as $OUT/gpu-check.md, with gpu-check.json and gpu-check.log beside it.
+#   From a helper's worktree (the tool sends the session's own checkout, not the worktree): copy the changed tree
+#   into an ignored folder of that checkout, e.g. build/cuda-wt (specrepro/ without zoo/, simulations/, scripts/,
+#   tests/metrics/test_energy.py, .whl/), carry ["build/cuda-wt"], and start the command with
+#       cp -r build/cuda-wt/specrepro/. specrepro/ && cp -r build/cuda-wt/simulations/. simulations/ &&
+#       cp -r build/cuda-wt/scripts build/cuda-wt/.whl . && cp build/cuda-wt/tests/metrics/test_energy.py tests/metrics/ &&
+# The tool refuses a tree over 64 MiB ("the working tree is larger than 64 MiB"): tracked files always travel, and
+# on 2026-11-26 they were 72.4 MiB (specrepro/zoo 52.7 of it), so the tree must shrink before this can run.
 # What travels is the tracked tree + .whl, and it must stay under 64 MiB: the SmolLM2 GGUF (98 MB) cannot, so the
 # GPU runs a stand-in target of SmolLM2-135M's shape with seeded random weights (equality, batching, host syncs and
 # the bandwidth floor hold on it; α and speedups mean nothing). Where the prepared model is in $SPECREPRO_CACHE or
