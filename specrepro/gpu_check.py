@@ -79,6 +79,13 @@ class CheckConfig:
         bad = [p for p in self.parts if p not in PARTS]
         if bad or not self.parts:
             raise ValueError(f"--parts: choose among {', '.join(PARTS)}, got {', '.join(self.parts) or 'none'}")
+        from .methods import OUR_METHODS
+        from .models import DTYPES
+        bad = [m for m in self.methods or () if m not in OUR_METHODS]
+        if bad:
+            raise ValueError(f"--methods: choose among {', '.join(OUR_METHODS)}, got {', '.join(bad)}")
+        if not self.dtypes or any(d not in DTYPES for d in self.dtypes):
+            raise ValueError(f"--dtypes: choose among bf16, fp16, fp32, got {', '.join(self.dtypes) or 'none'}")
         if self.stand_in not in ("auto", "none", "random", "tiny"):
             raise ValueError(f"--stand-in: auto, none, random or tiny, got {self.stand_in!r}")
         try:

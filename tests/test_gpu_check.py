@@ -50,7 +50,8 @@ def test_past_the_budget_the_parts_left_are_skipped(tmp_path, work):
 
 
 @pytest.mark.parametrize("kw, match", [({"parts": ("env", "gpu")}, "--parts"), ({"stand_in": "big"}, "--stand-in"),
-                                       ({"device": "tpu"}, "--device")])
+                                       ({"device": "tpu"}, "--device"), ({"methods": ("ar", "hf-ar")}, "--methods"),
+                                       ({"dtypes": ("bf17",)}, "--dtypes")])
 def test_a_bad_setting_is_one_clear_error(tmp_path, work, kw, match):
     with pytest.raises(ValueError, match=match):
         config(tmp_path, work, **kw)
