@@ -457,11 +457,12 @@ def part_bench(ctx: Context) -> None:
             if row.get("error"):
                 ctx.report.add("bench", row["method"], "FAIL", row["error"])
                 continue
-            calls = float(row["new_tokens"]) / float(row["tokens_per_call"] or 1)
-            step_s = float(row["wall_time_s"]) / calls
+            number = lambda key: float(row.get(key) or "nan")  # noqa: E731 - a blank cell reads nan
+            per_call = number("tokens_per_call") if row.get("tokens_per_call") else 1.0  # blank: one per call
+            step_s = number("wall_time_s") / (number("new_tokens") / per_call)
             ctx.report.add("bench", row["method"], "INFO",
-                           f"{float(row['tokens_per_s']):.1f} tokens/s, {step_s * 1e3:.2f} ms per target call = "
-                           f"{step_s / floor_s:.1f}x floor; speedup {float(row['speedup']):.2f}, "
+                           f"{number('tokens_per_s'):.1f} tokens/s, {step_s * 1e3:.2f} ms per target call = "
+                           f"{step_s / floor_s:.1f}x floor; speedup {number('speedup'):.2f}, "
                            f"identical to ar: {row.get('identical_to_ar') or '-'}")
 
 
