@@ -15,7 +15,8 @@ Parts, each run even when one before it failed (its row says FAIL and the error'
                  ``torch.cuda.set_sync_debug_mode("warn")``
     energy       the NVML energy tests of tests/metrics/test_energy.py, and one short sample
     bench        ``python -m specrepro bench`` with ar, speculative, eagle and hf-ar, each step against the GPU's
-                 bandwidth floor (weight bytes / the device-to-device copy bandwidth measured here)
+                 bandwidth floor (weight bytes / the device-to-device copy bandwidth measured here): eager, then
+                 with the engine compiled (``SPECREPRO_ENGINE_COMPILE``; every other part runs eagerly)
 
 The summary table is printed at the end and written to ``$OUT/gpu-check.md`` when OUT is set, else to
 ``build/gpu-check/gpu-check.md`` (``--out`` overrides both), with the rows as JSON beside it.
@@ -49,6 +50,9 @@ PARTS = ("env", "methods", "batch", "distillspec", "clock", "syncs", "energy", "
 LOSSY = {"mentored", "mjgd", "mjsd"}  # T = 0 tokens may differ from ar's by design (bild's do not)
 ARGMAX_ONLY = {"mjgd"}  # a search: it refuses T > 0
 BENCH_METHODS = ("ar", "speculative", "eagle", "hf-ar")
+# specrepro.engine compiles its forward unless this is "0". Every part but the compiled bench runs eagerly: a compile
+# per shape bucket, model and dtype would take the check's minutes, and what they check does not depend on it.
+COMPILE_SWITCH = "SPECREPRO_ENGINE_COMPILE"
 PROMPTS = ("Name three prime numbers and say why each is prime.",
            "Write a Python function that reverses a string.",
            "Summarise in two sentences why the sky is blue.",
@@ -74,6 +78,7 @@ class CheckConfig:
     out: Path = Path("build/gpu-check")  # the table (and nothing large: on the GPU machine $OUT travels back)
     work: Path = Path("build/gpu-check/work")  # stand-in weights, bench records, DistillSpec's cells
     budget_s: float = 450.0  # past it, what is left is skipped (a row each), so the table is always written
+    compile_bench: bool = True  # the bench once more with the engine compiled (every other part runs eagerly)
 
     def __post_init__(self) -> None:
         bad = [p for p in self.parts if p not in PARTS]
@@ -164,14 +169,15 @@ def stand_in(kind: str, folder: Path) -> Path:
 @contextlib.contextmanager
 def models_loaded_once():
     """``models.load_model`` memoised for the check: every ``generate`` call would load its target again (a
-    second each on a GPU, minutes over the check). Methods copy what they train (online, DistillSpec)."""
+    second each on a GPU, minutes over the check). Methods copy what they train (online, DistillSpec). The engine's
+    compile switch (read when a model loads) is part of the key."""
     from . import models
     original, loaded = models.load_model, {}
 
-    def load_model(name, dtype=None, device=None):
-        key = (str(name), str(dtype), str(device))
+    def load_model(name, *args, **kwargs):
+        key = (str(name), repr(args), repr(sorted(kwargs.items())), os.environ.get(COMPILE_SWITCH))
         if key not in loaded:
-            loaded[key] = original(name, dtype=dtype, device=device)
+            loaded[key] = original(name, *args, **kwargs)
         return loaded[key]
 
     models.load_model = load_model
@@ -436,24 +442,46 @@ def part_energy(ctx: Context) -> None:
 
 
 def part_bench(ctx: Context) -> None:
-    """``bench`` with ar, speculative, eagle and hf-ar; each method's time per target call against the floor of
-    reading the target's weights once at the measured copy bandwidth."""
+    """``bench`` with ar, speculative, eagle and hf-ar, eager then with the engine compiled (the default a user
+    gets; skipped past the budget); each method's time per target call against the floor of reading the target's
+    weights once at the measured copy bandwidth."""
     from .metrics.profile import memory_bandwidth
     from .models import load_model
-    dtype, out = ctx.cfg.dtypes[0], ctx.work / "bench"
-    shutil.rmtree(out, ignore_errors=True)
-    methods = [m for m in BENCH_METHODS if ctx.cfg.stand_in != "tiny" or m in ("ar", "hf-ar")]
-    cli(["bench", "--methods", ",".join(methods), "--prompts", str(ctx.prompts_file(2)), "--target", ctx.target,
-         *(["--draft", ctx.draft] if "speculative" in methods else []), "--max-new-tokens", str(ctx.cfg.new_tokens * 2), "--device", ctx.cfg.device,
-         "--dtype", dtype, "--repeats", "1", "--out", str(out), "--no-progress", "--no-quality"])
+    dtype = ctx.cfg.dtypes[0]
     model = load_model(ctx.target, dtype=dtype, device=ctx.cfg.device).model
     weights = sum(p.numel() * p.element_size() for p in model.parameters())
     bandwidth = memory_bandwidth(torch.device(ctx.cfg.device), repeats=10)
     floor_s = weights / bandwidth
     ctx.report.add("bench", "floor", "INFO", f"{weights / 1e6:.0f} MB of {dtype} weights / {bandwidth / 1e9:.0f} GB/s "
                                              f"copy bandwidth = {floor_s * 1e3:.3f} ms")
+    for compiled in (False, True) if ctx.cfg.compile_bench else (False,):
+        if ctx.out_of_time():
+            ctx.report.add("bench", "compiled" if compiled else "eager", "SKIP", "out of time")
+            continue
+        previous = os.environ.get(COMPILE_SWITCH)
+        os.environ[COMPILE_SWITCH] = "1" if compiled else "0"
+        try:
+            bench_rows(ctx, dtype, floor_s, "compiled" if compiled else "eager")
+        except Exception as err:  # noqa: BLE001 - the compiled run's failure is a row; the part goes on
+            ctx.report.add("bench", f"{'compiled' if compiled else 'eager'} (run)", "FAIL", last_line(err))
+        finally:
+            os.environ[COMPILE_SWITCH] = previous if previous is not None else "0"
+
+
+def bench_rows(ctx: Context, dtype: str, floor_s: float, how: str) -> None:
+    """One ``bench`` run into ``work/bench-<how>``, a row per method."""
+    out = ctx.work / f"bench-{how}"
+    shutil.rmtree(out, ignore_errors=True)
+    methods = [m for m in BENCH_METHODS if ctx.cfg.stand_in != "tiny" or m in ("ar", "hf-ar")]
+    t0 = time.perf_counter()
+    cli(["bench", "--methods", ",".join(methods), "--prompts", str(ctx.prompts_file(2)), "--target", ctx.target,
+         *(["--draft", ctx.draft] if "speculative" in methods else []), "--max-new-tokens",
+         str(ctx.cfg.new_tokens * 2), "--device", ctx.cfg.device, "--dtype", dtype, "--repeats", "1",
+         "--out", str(out), "--no-progress", "--no-quality"])
+    ctx.report.add("bench", f"{how} (run)", "INFO", f"{time.perf_counter() - t0:.0f} s, warm-up and compiles included")
     with open(next(out.rglob("summary.csv"))) as f:
         for row in csv.DictReader(f):
+            row["method"] = f"{row['method']} ({how})"
             if row.get("error"):
                 ctx.report.add("bench", row["method"], "FAIL", row["error"])
                 continue
@@ -481,6 +509,8 @@ def run_check(cfg: CheckConfig) -> Report:
     except Exception as err:  # noqa: BLE001 - without a target the parts can only fail, each saying so
         target, how = "smollm2-135m-instruct", f"UNAVAILABLE: {last_line(err)}"
     ctx = Context(cfg, target, work, report)
+    previous = os.environ.get(COMPILE_SWITCH)
+    os.environ[COMPILE_SWITCH] = "0"  # eager but in the bench's compiled run (see COMPILE_SWITCH)
     with models_loaded_once():
         for part in cfg.parts:
             started = time.perf_counter()
@@ -495,6 +525,10 @@ def run_check(cfg: CheckConfig) -> Report:
             print(f"gpu-check: {part} took {time.perf_counter() - started:.0f} s", flush=True)
             if cfg.device.startswith("cuda"):
                 torch.cuda.empty_cache()
+    if previous is None:
+        os.environ.pop(COMPILE_SWITCH, None)
+    else:
+        os.environ[COMPILE_SWITCH] = previous
     header = (f"# make gpu-check: {time.strftime('%Y-%m-%d %H:%M:%S UTC', time.gmtime())}\n\n"
               f"device {cfg.device} ({torch.cuda.get_device_name(torch.device(cfg.device)) if cfg.device.startswith('cuda') else 'CPU'}), "
               f"target {how}, commit {git_head()}, {'quick, ' if cfg.quick else ''}"
@@ -524,6 +558,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--stand-in", default="auto", help="auto, none, random or tiny (see the module's doc)")
     parser.add_argument("--dtypes", default="bf16,fp16")
     parser.add_argument("--budget", type=float, default=450.0, help="seconds; the parts left after it are skipped")
+    parser.add_argument("--no-compiled-bench", action="store_true", help="skip the bench's compiled run")
     parser.add_argument("--out", default=None, help="default: $OUT when set, else build/gpu-check")
     parser.add_argument("--work", default="build/gpu-check/work", help="scratch: stand-in weights, bench records")
     args = parser.parse_args(argv)
@@ -532,7 +567,7 @@ def main(argv: list[str] | None = None) -> int:
         cfg = CheckConfig(device=args.device, quick=args.quick, parts=tuple(args.parts.split(",")),
                           methods=tuple(args.methods.split(",")) if args.methods else None,
                           stand_in=args.stand_in, dtypes=tuple(args.dtypes.split(",")), out=out,
-                          work=Path(args.work), budget_s=args.budget)
+                          work=Path(args.work), budget_s=args.budget, compile_bench=not args.no_compiled_bench)
     except ValueError as err:
         parser.error(str(err))
     report = run_check(cfg)
