@@ -4,6 +4,7 @@
 #                  or PROFILE=smoke (tiny settings, into build/smoke/; what CI runs) or PROFILE=full;
 #                  ONLY="stem ..." runs some notebooks, JOBS=n notebooks at a time; ALLOW_DRAFT=1 writes figures/
 #                  from a tree with uncommitted changes, every artifact marked DRAFT (else refused)
+#   make gpu-check every method, batching, DistillSpec, the clock, host syncs, NVML and a bench on a CUDA GPU
 #   RAY=1          (any target that sets up .venv) also install the optional Ray extra, for --executor ray and
 #                  its tests (tests/test_executor.py skips them without it)
 #   PEERS=1        (any target that sets up .venv) also install the optional [peers] extra, llama-cpp-python, built
@@ -28,7 +29,7 @@ EXTRAS := test$(if $(RAY),$(comma)ray)
 PEERS_CMAKE_ARGS ?= -DLLAVA_BUILD=OFF
 PEER_METHODS := llamacpp-ar,llamacpp-prompt-lookup
 
-.PHONY: venv models test figures bench lab clean-venv
+.PHONY: venv models test figures bench gpu-check lab clean-venv
 
 # RAY=1 or PEERS=1 on a .venv made without them (its stamp up to date): the extras are added here; the [peers] build
 # is timed
@@ -67,6 +68,10 @@ bench: venv models
 	  --methods ar,speculative,speculative:gauto,prompt-lookup,prompt-lookup:gauto,medusa,ppd,hf-assisted,hf-prompt-lookup$$peers \
 	  --target smollm2-135m-instruct --draft smollm2-135m-draft --suite mixed \
 	  --max-new-tokens 64 --temperature 0 --gamma 4 --dtype auto --repeats 1 --out $(BENCH_OUT)
+
+# The CUDA paths on one GPU, under 8 minutes: scripts/gpu_check.sh (its header: how to run it through the device tool)
+gpu-check: venv
+	PYTHON=$(PY) bash scripts/gpu_check.sh
 
 # jupyter refuses to start as root without --allow-root (containers often run as root).
 lab: ALLOW_ROOT = $(if $(filter 0,$(shell id -u)),--allow-root)

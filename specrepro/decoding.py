@@ -2,7 +2,9 @@
 from __future__ import annotations
 
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass
+from typing import Iterator
 
 import numpy as np
 import torch
@@ -13,15 +15,45 @@ from .record import GenerationRecord
 
 
 class Clock:
-    """Wall-clock seconds, synchronised with the device on CUDA so queued kernels are counted."""
+    """Wall-clock seconds of the run's device.
 
-    def __init__(self, device: torch.device):
-        self.cuda = device.type == "cuda"
+    ``now()`` on CUDA first waits for the kernels queued on that device (``cuda:N``, not the current one), so the
+    difference of two reads counts them: two host syncs per interval. ``interval()`` times a block with two CUDA
+    events on the device's current stream and one sync at its end: the device time from the first event to the
+    last (on the CPU, perf_counter)."""
+
+    def __init__(self, device: torch.device | str):
+        self.device = torch.device(device)
+        self.cuda = self.device.type == "cuda"
 
     def now(self) -> float:
         if self.cuda:
-            torch.cuda.synchronize()
+            torch.cuda.synchronize(self.device)
         return time.perf_counter()
+
+    @contextmanager
+    def interval(self) -> Iterator[Interval]:
+        """``with clock.interval() as t: ...`` then ``t.seconds``: the block's time, one host sync on CUDA."""
+        span = Interval()
+        if not self.cuda:
+            t0 = time.perf_counter()
+            yield span
+            span.seconds = time.perf_counter() - t0
+            return
+        stream = torch.cuda.current_stream(self.device)
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record(stream)
+        yield span
+        end.record(stream)
+        end.synchronize()  # the interval's one sync
+        span.seconds = start.elapsed_time(end) / 1e3  # elapsed_time is in milliseconds
+
+
+@dataclass
+class Interval:
+    """What ``Clock.interval`` measured; seconds is None until its block ends."""
+
+    seconds: float | None = None
 
 
 def model_device(model: torch.nn.Module) -> torch.device:

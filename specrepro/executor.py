@@ -54,10 +54,16 @@ class ExecutorConfig:
     # local cluster of ``workers`` task slots for this call and shut it down after
     num_cpus: int = 1  # ray: CPUs each task reserves, and the torch threads it runs with
     workers: int | None = None  # ray without an address: tasks at once on the local cluster (None: cores // num_cpus)
+    # ray: GPUs each task reserves (a fraction shares one); None: 1 when the cells' function carries a model on
+    # CUDA (Ray hides every GPU from a task that asks for none, so its CUDA tensors could not even be unpickled)
+    num_gpus: float | None = None
 
     def __post_init__(self) -> None:
         if self.kind not in KINDS:
             raise ValueError(f"executor kind must be one of {KINDS}, got {self.kind!r}")
+        if self.num_gpus is not None and (isinstance(self.num_gpus, bool) or not isinstance(self.num_gpus, (int, float))
+                                          or not self.num_gpus >= 0):
+            raise ValueError(f"executor num_gpus must be a number >= 0, got {self.num_gpus!r}")
         for name in ("num_cpus", "workers"):
             value = getattr(self, name)
             if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < 1):
@@ -90,7 +96,8 @@ class ExecutorConfig:
         if self.kind == "local":
             return "local"
         where = self.address or f"a local cluster of {self.slots()} task slot(s)"
-        return f"ray ({where}, {self.num_cpus} CPU(s) per task)"
+        gpus = "" if not self.num_gpus else f", {self.num_gpus:g} GPU(s) per task"
+        return f"ray ({where}, {self.num_cpus} CPU(s) per task{gpus})"
 
     def slots(self) -> int:
         """Tasks at once on a local cluster."""
@@ -161,6 +168,25 @@ class _Failure:
     trace: str
 
 
+def cuda_models(fn: Callable[[Any], Any]) -> bool:
+    """Whether ``fn`` (a ``functools.partial``, as the grids pass) carries a model with parameters on CUDA."""
+    bound = list(getattr(fn, "args", ())) + list((getattr(fn, "keywords", None) or {}).values())
+    for value in bound:
+        parameters = getattr(value, "parameters", None)
+        if callable(parameters):
+            first = next(iter(parameters()), None)
+            if first is not None and first.device.type == "cuda":
+                return True
+    return False
+
+
+def task_gpus(fn: Callable[[Any], Any], executor: ExecutorConfig) -> float:
+    """GPUs a Ray task of ``fn`` asks for: the executor's, or 1 when its models are on CUDA, else 0."""
+    if executor.num_gpus is not None:
+        return float(executor.num_gpus)
+    return 1.0 if cuda_models(fn) else 0.0
+
+
 def _task(fn: Callable[[Any], Any], cell: Any, threads: int) -> Any:
     """The body of every Ray task: the torch threads of the executor, then ``fn(cell)``; a raised exception comes
     back as a :class:`_Failure` so that the driver can name the cell."""
@@ -204,7 +230,7 @@ def _run_ray(fn, cells, executor: ExecutorConfig, progress, on_result) -> list[A
     bar = _bar(progress, len(cells))
     pending: list = []
     try:
-        remote = ray.remote(num_cpus=executor.num_cpus, max_retries=0)(_task)
+        remote = ray.remote(num_cpus=executor.num_cpus, num_gpus=task_gpus(fn, executor), max_retries=0)(_task)
         fn_ref = ray.put(fn)  # sent to the object store once; each task gets the same reference
         pending = [remote.remote(fn_ref, cell, executor.num_cpus) for cell in cells]
         index = {ref: i for i, ref in enumerate(pending)}

@@ -217,3 +217,59 @@ def test_the_bench_command_takes_an_executor_and_refuses_a_bad_one(capsys):
     with pytest.raises(SystemExit):
         build_parser().parse_args(argv + ["--executor", "dask"])
     assert "--executor must be" in capsys.readouterr().err
+
+
+# --- GPUs (issue 38, item 6): a task that ships CUDA models asks Ray for a GPU -------------------------------
+
+
+class OnCuda(torch.nn.Module):
+    """A model whose parameters say they are on CUDA (a stand-in: no GPU here)."""
+
+    def parameters(self, recurse: bool = True):
+        return iter([type("P", (), {"device": torch.device("cuda:0")})()])
+
+
+class FakeRay:
+    """The calls ``_run_ray`` makes, run at once in this process; records what each task asked for."""
+
+    def __init__(self):
+        self.asked: list[dict] = []
+
+    def is_initialized(self):
+        return True  # as if connected: nothing started, nothing shut down
+
+    def remote(self, **options):
+        self.asked.append(options)
+        return lambda fn: type("Remote", (), {"remote": staticmethod(lambda *a: fn(*a))})()
+
+    def put(self, value):
+        return value
+
+    def wait(self, refs, num_returns=1):
+        return refs[:1], refs[1:]
+
+    def get(self, ref):
+        return ref
+
+
+def grid(model):
+    import functools
+    return functools.partial(lambda m, x: x + 1, model)
+
+
+@pytest.mark.parametrize("model, executor, gpus", [
+    (OnCuda(), RAY2, 1.0),  # CUDA models: one GPU per task
+    (torch.nn.Linear(1, 1), RAY2, 0.0),  # CPU models: none
+    (OnCuda(), dataclasses.replace(RAY2, num_gpus=0.25), 0.25),  # four cells share a GPU
+])
+def test_a_ray_task_asks_for_gpus_when_its_models_are_on_cuda(monkeypatch, model, executor, gpus):
+    from specrepro import executor as ex
+    fake = FakeRay()
+    monkeypatch.setattr(ex, "import_ray", lambda: fake)
+    assert run_cells(grid(model), [1, 2], executor) == [2, 3]
+    assert fake.asked == [{"num_cpus": 1, "num_gpus": gpus, "max_retries": 0}]
+
+
+def test_a_negative_gpu_count_is_refused():
+    with pytest.raises(ValueError, match="num_gpus"):
+        ExecutorConfig("ray", num_gpus=-1)

@@ -186,6 +186,7 @@ def measure_batching(model: torch.nn.Module, context: Sequence[int], batches: Se
     new = {(b, n): batch_contexts(context, b)[:, :n].to(device) for b in batches for n in ns}  # [B, n]
     seconds: dict[tuple[int, int], list[float]] = {cell: [] for cell in new}
     joules: dict[tuple[int, int], list[float]] = {cell: [] for cell in new}
+    below = None  # why a sample of a working counter read no joules (shorter than NVML's update period)
     for r in range(warmup + rounds):
         for b, n in new:
             with meter.measure() as m:
@@ -197,6 +198,8 @@ def measure_batching(model: torch.nn.Module, context: Sequence[int], batches: Se
                 seconds[b, n].append(elapsed / forwards)
                 if m.joules is not None:
                     joules[b, n].append(m.joules / forwards)
+                elif meter.available:
+                    below = m.reason
     cells = []
     for (b, n), ts in seconds.items():
         js = joules[b, n] if len(joules[b, n]) == len(ts) else None
@@ -210,5 +213,5 @@ def measure_batching(model: torch.nn.Module, context: Sequence[int], batches: Se
                "energy_scope": getattr(meter, "scope", None)}
     return BatchingResult(model=label, device=_device_name(device), dtype=dtype_name(next(model.parameters()).dtype),
                           threads=torch.get_num_threads(), context_tokens=len(context), rounds=rounds,
-                          forwards=forwards, warmup=warmup, energy_source=meter.source, energy_reason=meter.reason,
+                          forwards=forwards, warmup=warmup, energy_source=meter.source, energy_reason=meter.reason or below,
                           cells=tuple(sorted(cells, key=lambda c: (c.batch, c.new_tokens))), machine=machine)

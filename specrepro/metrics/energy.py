@@ -56,6 +56,7 @@ class EnergyMeter(ABC):
 
     source: str  # "nvml", "rapl" or "none"
     scope: str  # what is counted, in words (which GPU, which packages)
+    resolution_s: float = 0.0  # a block shorter than this reads no energy, or a whole update period's
 
     def __init__(self, device: torch.device):
         self.clock = Clock(device)  # synchronises CUDA, so queued kernels are counted before a read
@@ -83,6 +84,11 @@ class EnergyMeter(ABC):
         m.seconds = self.clock.now() - start_s
         if start_j is not None:
             m.joules = self.read_j() - start_j
+            if m.joules <= 0 or m.seconds < self.resolution_s:  # the counter had no update inside the block
+                m.joules, m.reason = None, (
+                    f"below {self.source} resolution: a {m.seconds * 1e3:.1f} ms block read {m.joules:.3f} J "
+                    f"(the counter updates about every {max(self.resolution_s, 1e-3) * 1e3:.0f} ms); "
+                    f"measure a longer block")
 
 
 class UnavailableMeter(EnergyMeter):
@@ -114,6 +120,7 @@ class NvmlMeter(EnergyMeter):
     """NVML's total-energy counter of one GPU (millijoules since the driver loaded; 64-bit, never wraps)."""
 
     source = "nvml"
+    resolution_s = 0.1  # NVML refreshes the counter every 20-100 ms, depending on the GPU; the longest is taken
 
     def __init__(self, nvml, handle, scope: str, device: torch.device):
         super().__init__(device)
@@ -140,18 +147,25 @@ def nvml_meter(uuid: str, device: torch.device | None = None) -> EnergyMeter:
         return UnavailableMeter("the nvidia-ml-py package (module pynvml) is not installed", device)
     try:
         pynvml.nvmlInit()  # reference-counted by NVML, so repeated opens are cheap
-        handle = pynvml.nvmlDeviceGetHandleByUUID(uuid)
-        meter = NvmlMeter(pynvml, handle, scope=f"GPU {uuid}", device=device)
+        handle, scope = pynvml.nvmlDeviceGetHandleByUUID(uuid), f"GPU {uuid}"
+        if uuid.startswith("MIG-"):  # a slice has no energy counter of its own: its GPU's counts every slice
+            handle = pynvml.nvmlDeviceGetDeviceHandleFromMigDeviceHandle(handle)
+            scope = f"the whole GPU holding MIG slice {uuid} (every slice on it counted)"
+        meter = NvmlMeter(pynvml, handle, scope=scope, device=device)
     except pynvml.NVMLError as exc:  # no driver, unknown UUID, NOT_SUPPORTED before Volta or on a MIG slice
         return UnavailableMeter(f"NVML total-energy counter of GPU {uuid} unreadable: {exc}", device)
     return meter
 
 
 def _cuda_uuid(device: torch.device) -> str:
-    """NVML's name ("GPU-<hex>") of the CUDA device torch calls ``device``."""
+    """NVML's name of the CUDA device torch calls ``device``: "GPU-<hex>", or "MIG-<hex>" for a MIG slice (CUDA
+    names a slice "<GPU name> MIG <profile>" and gives the slice's own UUID)."""
     index = device.index if device.index is not None else torch.cuda.current_device()
-    uuid = str(torch.cuda.get_device_properties(index).uuid)
-    return uuid if uuid.startswith(("GPU-", "MIG-")) else f"GPU-{uuid}"
+    props = torch.cuda.get_device_properties(index)
+    uuid = str(props.uuid)
+    if uuid.startswith(("GPU-", "MIG-")):
+        return uuid
+    return f"{'MIG' if ' MIG ' in f' {props.name} ' else 'GPU'}-{uuid}"
 
 
 # ---------------------------------------------------------------------------------------------- RAPL

@@ -53,6 +53,7 @@ from simulations.speculative import BetaCurve
 from ..cost import seconds_per_token
 from ..decoding import Clock, model_device
 from ..kvcache import CachedModel
+from ..models import native_bf16
 from ..provenance import atomic_write_text, git_revision
 
 FORMAT = "specrepro-device-profile/2"  # /2 adds the longer contexts and the prefill
@@ -95,10 +96,21 @@ def device_key(device: torch.device) -> str:
     return f"cpu:{info['name']}:{'+'.join(info['kernel_flags']) or 'baseline'}"
 
 
+def device_name(device: torch.device | str, threads: int | None = None) -> str:
+    """The device as a table or a footer names it: "NVIDIA H100 80GB HBM3 (cuda:0)", or "CPU <model>" with its
+    ``threads`` when given (what the CPU's timings depend on)."""
+    device = torch.device(device)
+    if device.type == "cuda":
+        index = device.index if device.index is not None else torch.cuda.current_device()
+        return f"{torch.cuda.get_device_name(index)} (cuda:{index})"
+    name = f"{device.type.upper()} {cpu_info()['name']}" if device.type == "cpu" else str(device)
+    return f"{name}, {threads} thread(s)" if threads is not None else name
+
+
 def candidate_dtypes(device: torch.device) -> tuple[str, ...]:
     """The dtypes ``--dtype auto`` chooses among on this device (fp16 on a CPU has no fast kernels)."""
     if device.type == "cuda":
-        return ("bf16", "fp16", "fp32") if torch.cuda.is_bf16_supported() else ("fp16", "fp32")
+        return ("bf16", "fp16", "fp32") if native_bf16(device) else ("fp16", "fp32")
     return ("bf16", "fp32")
 
 
@@ -443,15 +455,16 @@ def forward_timer(model: torch.nn.Module, context: list[int], batch: int = 1) ->
 
 def memory_bandwidth(device: torch.device, megabytes: int = 256, repeats: int = 5) -> float:
     """Bytes per second the device moves in a large copy (read + write counted), the best of ``repeats``: what a
-    memory-bound decode step is bounded by."""
+    memory-bound decode step is bounded by. Each copy is timed by ``Clock.interval`` (CUDA events on a GPU: a
+    256 MB copy takes ~0.1 ms there, as long as a sync's round trip)."""
     clock = Clock(device)
     src = torch.empty(megabytes * 2 ** 20 // 4, dtype=torch.float32, device=device).fill_(1.0)
     dst = torch.empty_like(src)
     best = math.inf
     for _ in range(repeats + 1):
-        t0 = clock.now()
-        dst.copy_(src)
-        best = min(best, clock.now() - t0)
+        with clock.interval() as span:
+            dst.copy_(src)
+        best = min(best, span.seconds)
     return 2 * src.numel() * src.element_size() / best
 
 

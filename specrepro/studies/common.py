@@ -84,6 +84,13 @@ def cached_json(path: Path, compute: Callable[[], Any]) -> Any:
     return value
 
 
+def bench_device(result: BenchResult) -> str:
+    """The device a bench ran on, as its tables name it: "CPU <model>" or "<GPU name> (cuda:N)" (its provenance)."""
+    prov = result.provenance
+    device, name = str(prov.get("device", "cpu")), prov.get("device_name") or ""
+    return f"CPU {name}".strip() if device.startswith("cpu") else f"{name} ({device})".strip()
+
+
 def rows_of(result: BenchResult) -> dict[str, dict]:
     """The bench summary's rows by variant label."""
     return {r["method"]: r for r in result.summary}

@@ -18,7 +18,7 @@ from ..bench import BenchPrompt, BenchResult
 from ..cost import tree_speedup
 from ..drafters.medusa import MedusaConfig, MedusaDrafter, MedusaHeads, random_paths, sparse_tree
 from ..metrics.profile import Profile
-from .common import rows_of
+from .common import bench_device, rows_of
 from .ppd import PAPER_GPU, PAPER_TABLE1_ROWS, paper_table1
 from .trees import tree_tau
 
@@ -93,18 +93,18 @@ def bench_table(result: BenchResult, variants: Sequence[str], prof: Profile | No
     return table
 
 
-def table1(result: BenchResult, prof: Profile, heads_record: dict, target: str, cpu: str) -> list[dict]:
+def table1(result: BenchResult, prof: Profile, heads_record: dict, target: str) -> list[dict]:
     """Table 1: vanilla decoding and Medusa at its hardware-aware size n measured on ``target`` (throughput, τ,
     L_fp, trainable %, tree size, input length n + 1), then every row of the paper's Table 1 as printed."""
-    rows, n = rows_of(result), result.provenance["tree_sizes"]["medusa"]["size"]
+    rows, n, where = rows_of(result), result.provenance["tree_sizes"]["medusa"]["size"], bench_device(result)
     table = [
         {"model": target, "method": "vanilla", "throughput_tok_s": rows["ar"]["tokens_per_s"], "tau": 1.0,
          "L_fp_ms": 1e3 * prof.l_fp(1), "trainable_pct": 0.0, "tree_size": 0, "input_length": 1,
-         "device": f"CPU {cpu}, {rows['ar']['dtype']}"},
+         "device": f"{where}, {rows['ar']['dtype']}"},
         {"model": target, "method": "Medusa (3 heads)", "throughput_tok_s": rows["medusa"]["tokens_per_s"],
          "tau": rows["medusa"]["tokens_per_call"], "L_fp_ms": 1e3 * prof.l_fp(n + 1),
          "trainable_pct": 100 * heads_record["trainable_fraction"], "tree_size": n, "input_length": n + 1,
-         "device": f"CPU {cpu}, {rows['medusa']['dtype']}"},
+         "device": f"{where}, {rows['medusa']['dtype']}"},
     ]
     for r in table:
         r["setting"] = f"T = 0, batch 1, {r['device']}"

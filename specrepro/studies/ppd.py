@@ -17,7 +17,7 @@ from ..bench import BenchPrompt, BenchResult
 from ..cost import tree_speedup
 from ..drafters.ppd import PPDConfig, PPDDrafter, PromptTokens, dynamic_tree, input_lengths, tree_speed
 from ..metrics.profile import Profile
-from .common import rows_of
+from .common import bench_device, rows_of
 from .trees import bench_profile, tree_tau
 
 ACCURACY_CELLS = ("@1 top-1", "@1 top-5", "@2 top-1", "@2 top-5")  # the ablation tables' four columns
@@ -206,7 +206,7 @@ def table1(result: BenchResult, config: PPDConfig, ppd_record: dict, medusa_reco
     """Table 1: vanilla decoding, Medusa and PPD at their hardware-aware sizes measured on ``target`` (throughput, τ,
     L_fp of each one's mean step input, trainable %, candidates and input length per state, positions per step),
     then every row of the paper's Table 1 as printed (throughput, MT-Bench quality and setting included)."""
-    rows, sizes = rows_of(result), result.provenance["tree_sizes"]
+    rows, sizes, where = rows_of(result), result.provenance["tree_sizes"], bench_device(result)
     prof = bench_profile(result, rows["ppd"]["dtype"])
     n_ppd, n_medusa = sizes["ppd"]["size"], sizes["medusa"]["size"]
     tree = dynamic_tree(np.array(config.rank_probs), n_ppd, config.prompt_tokens)
@@ -214,19 +214,19 @@ def table1(result: BenchResult, config: PPDConfig, ppd_record: dict, medusa_reco
     table = [
         {"model": target, "method": "vanilla", "throughput_tok_s": rows["ar"]["tokens_per_s"], "tau": 1.0,
          "L_fp_ms": 1e3 * bench_profile(result, rows["ar"]["dtype"]).l_fp(1), "trainable_pct": None, "S_tr": "NA",
-         "S_input": "1", "positions_per_step": "1", "device": f"CPU, {rows['ar']['dtype']}"},
+         "S_input": "1", "positions_per_step": "1", "device": f"{where}, {rows['ar']['dtype']}"},
         {"model": target, "method": "Medusa (3 heads)", "throughput_tok_s": rows["medusa"]["tokens_per_s"],
          "tau": rows["medusa"]["tokens_per_call"], "L_fp_ms": l_step("medusa"),
          "trainable_pct": 100 * medusa_record["heads"]["trainable_fraction"], "S_tr": str(n_medusa),
          "S_input": str(n_medusa), "positions_per_step": str(n_medusa + 1),
-         "device": f"CPU, {rows['medusa']['dtype']}"},
+         "device": f"{where}, {rows['medusa']['dtype']}"},
         {"model": target, "method": "PPD (3 prompt tokens, 1 EPT)", "throughput_tok_s": rows["ppd"]["tokens_per_s"],
          "tau": rows["ppd"]["tokens_per_call"], "L_fp_ms": l_step("ppd"),
          "trainable_pct": 100 * ppd_record["prompt_tokens"]["trainable_fraction"],
          "S_tr": str(tuple(s.n_candidates for s in tree.states)),
          "S_input": str(tuple(s.n_candidates + s.n_prompts * config.epts for s in tree.states)),
          "positions_per_step": str(tuple(int(x) for x in input_lengths(tree, config.epts))),
-         "device": f"CPU, {rows['ppd']['dtype']}"},
+         "device": f"{where}, {rows['ppd']['dtype']}"},
     ]
     for r in table:
         r.update(quality_mt_bench=None, setting=f"T = 0, batch 1, {r['device']}")

@@ -83,18 +83,18 @@ def generate_with_rows(model: torch.nn.Module, prompts: list[list[int]], max_new
     """Batched HF generation from left-padded prompts (greedy at temperature 0); per sequence (new ids up to and
     including ``stop``, teacher top-k ids [n, K] and probabilities [n, K] of the raw T = 1 distribution at each
     new position, whatever the sampling temperature)."""
-    width = max(map(len, prompts))
-    ids = torch.tensor([[stop] * (width - len(p)) + p for p in prompts])  # [B, L] left-padded
-    mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in prompts])  # [B, L]
+    width, device = max(map(len, prompts)), next(model.parameters()).device
+    ids = torch.tensor([[stop] * (width - len(p)) + p for p in prompts], device=device)  # [B, L] left-padded
+    mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in prompts], device=device)  # [B, L]
     kw = dict(do_sample=True, temperature=temperature, top_k=0, top_p=1.0) if temperature > 0 else dict(
         do_sample=False)
     with torch.inference_mode():
         out = model.generate(ids, attention_mask=mask, max_new_tokens=max_new, eos_token_id=stop, pad_token_id=stop,
                              output_logits=True, return_dict_in_generate=True, **kw)
-    new = out.sequences[:, width:]  # [B, n]
+    new = out.sequences[:, width:].cpu()  # [B, n]
     tops = [torch.topk(step.float().softmax(-1), top_k, dim=-1) for step in out.logits]  # n x ([B, K], [B, K])
-    top_p = torch.stack([t.values for t in tops], 1)  # [B, n, K]
-    top_i = torch.stack([t.indices for t in tops], 1)  # [B, n, K]
+    top_p = torch.stack([t.values for t in tops], 1).cpu()  # [B, n, K]: rows are kept (and saved) on the CPU
+    top_i = torch.stack([t.indices for t in tops], 1).cpu()  # [B, n, K]
     result = []
     for b in range(len(prompts)):
         toks = new[b].tolist()
@@ -256,7 +256,7 @@ class Example:
 def load_data(data_dir: Path, cfg: DataConfig) -> list[Example]:
     seqs = []
     for name, _, _ in shard_plan(cfg):
-        d = torch.load(data_dir / name)
+        d = torch.load(data_dir / name, map_location="cpu")
         for s, n in enumerate(d["length"].tolist()):
             seqs.append(Example(d["tokens"][s, :n].long(), d["has_row"][s, :n], d["top_ids"][s, :n].long(),
                                   d["top_probs"][s, :n].float(), d["tail"][s, :n]))
@@ -291,6 +291,10 @@ class DistillBatch:
     @property
     def rows(self) -> int:
         return int(self.row_mask.sum())
+
+    def to(self, device: torch.device | str) -> "DistillBatch":
+        """The same batch on ``device`` (the student's): ``collate`` builds it on the CPU."""
+        return DistillBatch(*(getattr(self, f.name).to(device) for f in dataclasses.fields(self)))
 
 
 def collate(examples: list[Example], max_len: int) -> DistillBatch:

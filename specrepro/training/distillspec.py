@@ -43,7 +43,7 @@ from tqdm import tqdm
 from ..autoregressive import autoregressive_generate
 from ..config import DecodeConfig, SamplingConfig
 from ..cost import tau
-from ..decoding import eos_ids
+from ..decoding import eos_ids, model_device
 from ..drafters import LMDrafter
 from ..executor import ExecutorConfig, executor_arg, run_cells
 from ..prompts import encode_prompt, load_suite
@@ -156,14 +156,14 @@ def teacher_examples(target: torch.nn.Module, pairs: list[tuple[list[int], list[
         part = pairs[i: i + chunk]
         seqs = [list(x) + list(y) for x, y in part]
         width = max(map(len, seqs))
-        ids = torch.tensor([s + [0] * (width - len(s)) for s in seqs])  # [b, L]
+        ids = torch.tensor([s + [0] * (width - len(s)) for s in seqs], device=model_device(target))  # [b, L]
         with torch.inference_mode():
             logits = target(input_ids=ids).logits  # [b, L, V]
         for b, ((x, y), s) in enumerate(zip(part, seqs)):
             n0, n = len(x), len(s)
             rows = logits[b, n0 - 1: n - 1].float().softmax(-1)  # rows predicting y_0..y_{m-1}: [m, V]
             top = torch.topk(rows, top_k, dim=-1)  # [m, K]
-            examples.append(Example.with_rows(s, slice(n0, None), top.indices, top.values))
+            examples.append(Example.with_rows(s, slice(n0, None), top.indices.cpu(), top.values.cpu()))
     return examples
 
 
@@ -334,7 +334,7 @@ def run_study(target: torch.nn.Module, draft: torch.nn.Module, data: StudyData, 
             tmp = path.with_name(f".{path.name}.tmp")
             torch.save(value, tmp)
             tmp.replace(path)
-        return torch.load(path, weights_only=False)
+        return torch.load(path, weights_only=False, map_location="cpu")  # examples live on the CPU
 
     t0 = time.perf_counter()
     fixed = cached("fixed", lambda: teacher_examples(target, [(list(x), list(y)) for x, y in data.train],
@@ -389,6 +389,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--cache", default=None, help="folder of the target's samples as tensors (default: --out)")
     parser.add_argument("--target", default="smollm2-135m-instruct")
     parser.add_argument("--draft", default="smollm2-135m-draft")
+    parser.add_argument("--device", default=None, help="cpu, cuda or cuda:N (default: cuda when available)")
     parser.add_argument("--threads", type=threads_arg, default=None,
                         help="torch threads (here, and of each Ray task: the CPUs it reserves; default 1 there)")
     parser.add_argument("--executor", type=executor_arg, default="local",
@@ -403,6 +404,7 @@ def main(argv: list[str] | None = None) -> None:
     args = vars(parser.parse_args(argv))
     out, cache, names, threads = args.pop("out"), args.pop("cache"), (args.pop("target"), args.pop("draft")), \
         args.pop("threads")
+    device = args.pop("device")
     executor = args.pop("executor")
     if executor.kind == "ray":
         executor = dataclasses.replace(executor, num_cpus=threads or 1)
@@ -413,7 +415,7 @@ def main(argv: list[str] | None = None) -> None:
                              for k, v in args.items()})
     except ValueError as e:
         parser.error(str(e))  # one line and exit status 2
-    target = load_model(names[0], dtype="fp32")
+    target = load_model(names[0], dtype="fp32", device=device)
     draft = load_draft(names[1], target, dtype="fp32")
     result = run_study(target.model, draft.model, suite_data(target, cfg), cfg, out, cache, executor=executor)
     print(json.dumps({"baseline_tau": result["baseline"]["tau"],

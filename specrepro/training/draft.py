@@ -29,7 +29,7 @@ import torch
 
 from ..decoding import eos_ids
 from ..draft_model import ReducedVocabDraft, draft_from_target, load_draft_model, save_draft
-from ..models import LoadedModel, load_model
+from ..models import LoadedModel, load_model, resolve_device
 from ..provenance import atomic_write_text, git_state
 from .data import (ChatFormat, DataConfig, DistillBatch, Example, TaskOpenings, chat_format, choose_vocab, collate,
                    generate_data, load_data, task_openings)
@@ -94,7 +94,7 @@ def train(draft: ReducedVocabDraft, examples: list[Example], cfg: DistillConfig,
 
 def distill(cfg: DistillConfig, out: str | Path, target: LoadedModel | None = None, chat: ChatFormat | None = None,
             eval_prompts: dict[str, list[list[int]]] | None = None, command: list[str] | None = None,
-            openings: TaskOpenings | None = None) -> dict:
+            openings: TaskOpenings | None = None, device: str | torch.device | None = None) -> dict:
     """Data, training, evaluation, files. ``target``/``chat``/``eval_prompts``/``openings`` default to the zoo
     target, its chat template, the held-out suites and ``training.stems`` in its tokenizer (tests pass a tiny
     model, a made-up framing, id prompts and id openings)."""
@@ -103,7 +103,8 @@ def distill(cfg: DistillConfig, out: str | Path, target: LoadedModel | None = No
 
     # 1. Data: the target writes conversations; we keep its top-k rows.
     with timer.phase("data"):
-        gen = target if target is not None else load_model(cfg.target, dtype=cfg.gen_dtype, device="cpu")
+        gen = target if target is not None else load_model(cfg.target, dtype=cfg.gen_dtype,
+                                                           device=resolve_device(device))
         chat = chat or chat_format(gen)
         if cfg.task_shards and openings is None:
             openings = task_openings(gen.tokenizer)
@@ -117,7 +118,7 @@ def distill(cfg: DistillConfig, out: str | Path, target: LoadedModel | None = No
         always = set(chat.user_prefix) | set(chat.assistant_header) | {chat.end}
         kept = choose_vocab(train_ex, cfg.n_kept, gen.vocab_size, always)
         torch.manual_seed(cfg.seed)
-        draft = draft_from_target(gen.model, kept, cfg.n_layers, torch.float32)
+        draft = draft_from_target(gen.model, kept, cfg.n_layers, torch.float32).to(next(gen.model.parameters()).device)
         val_batch = collate(val_ex, cfg.max_len)
         with torch.no_grad():
             val_before = float(batch_loss(draft, val_batch, cfg.divergence))
@@ -131,8 +132,9 @@ def distill(cfg: DistillConfig, out: str | Path, target: LoadedModel | None = No
     # 3. Evaluate the saved (bf16) draft against the target in the engine's default dtype.
     with timer.phase("eval"):
         save_draft(draft, out / "draft", tokenizer=tokenizer, target=cfg.target)
-        ev_target = target if target is not None else load_model(cfg.target, device="cpu")
-        ev_draft, _ = load_draft_model(out / "draft", dtype=next(ev_target.model.parameters()).dtype)
+        ev_target = target if target is not None else load_model(cfg.target, device=resolve_device(device))
+        ev_draft, _ = load_draft_model(out / "draft", dtype=next(ev_target.model.parameters()).dtype,
+                                       device=next(ev_target.model.parameters()).device)
         prompts = eval_prompts if eval_prompts is not None else held_out_prompts(ev_target, cfg.eval_per_suite)
         eos = eos_ids(ev_target.model, ev_target.tokenizer) or {chat.end}
         alpha = [evaluate_alpha(ev_target.model, ev_draft, prompts, t, cfg, eos) for t in (0.0, 1.0)]
@@ -176,9 +178,11 @@ def main(argv: list[str] | None = None, prog: str = "python -m specrepro.trainin
     for f in dataclasses.fields(DistillConfig):
         kw = {"choices": sorted(DIVERGENCES)} if f.name == "divergence" else {}
         parser.add_argument(f"--{f.name.replace('_', '-')}", type=type(f.default), default=f.default, **kw)
+    parser.add_argument("--device", default="auto", help="where the target runs: auto (cuda when available), cpu, "
+                                                          "cuda or cuda:N")
     args = vars(parser.parse_args(argv))
-    out = args.pop("out")
-    record = distill(DistillConfig(**args), out)
+    out, device = args.pop("out"), resolve_device(args.pop("device"))
+    record = distill(DistillConfig(**args), out, device=device)
     summary = {k: record["alpha"][k]["alpha"] for k in record["alpha"]}
     print(json.dumps({"alpha": summary, "c": record["cost"]["c"], "steps": record["train"]["steps"],
                       "teacher_rows": record["data"]["teacher_rows"], "times_s": record["times_s"]}, indent=2))

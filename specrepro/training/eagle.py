@@ -34,7 +34,7 @@ import torch
 from tqdm import tqdm
 
 from ..drafters.eagle import EagleConfig, EagleDraft, save_draft
-from ..models import LoadedModel, load_model
+from ..models import LoadedModel, load_model, resolve_device
 from .data import Example, chat_format, choose_vocab, generate_data, load_data, task_openings
 from .loop import Trainer, begin_run, train_loop, warmup_cosine
 from .medusa import MedusaTrainConfig, data_config
@@ -85,13 +85,13 @@ class Features:
 def target_features(model: torch.nn.Module, examples: list[Example], layers: tuple[int, ...], max_len: int
                     ) -> list[Features]:
     lm_head = model.get_output_embeddings()
-    out = []
+    out, device = [], lm_head.weight.device
     with torch.inference_mode():
         for ex in tqdm(examples, desc="eagle: target features", file=sys.stderr):
-            states = model.model(input_ids=ex.tokens[:max_len][None], output_hidden_states=True).hidden_states
+            states = model.model(input_ids=ex.tokens[:max_len][None].to(device), output_hidden_states=True).hidden_states
             last = states[-1][0]  # [L, H] the final-norm state (transformers 5: hidden_states[-1] is after the norm)
             f = torch.cat([states[i][0] for i in layers], dim=-1)  # [L, F]
-            out.append(Features(f.to(torch.bfloat16), lm_head(last).float().logsumexp(-1)))
+            out.append(Features(f.to(torch.bfloat16).cpu(), lm_head(last).float().logsumexp(-1).cpu()))  # kept on the CPU
     return out
 
 
@@ -119,10 +119,10 @@ def unroll(draft: EagleDraft, feats: torch.Tensor, tokens: torch.Tensor, passes:
     ``passes`` times; pass t > 0 reads pass t−1's f̂ of the row before. -> f̂ [n, H] per pass (pass t's rows
     i < t have no committed context and are not used)."""
     n = tokens.numel()
-    positions = torch.arange(1, n + 1)[None]
+    positions = torch.arange(1, n + 1, device=feats.device)[None]
     inputs, past, outs = draft.reduce(feats)[None], None, []
     for t, allowed in enumerate(unroll_masks(n, passes)):
-        out, kv = draft(inputs, tokens[None], positions, allowed, past)
+        out, kv = draft(inputs, tokens[None], positions, allowed.to(feats.device), past)
         outs.append(out[0])
         past = kv
         inputs = torch.cat([out[:, :1] * 0, out[:, :-1]], dim=1)  # row i reads f̂ of row i − 1
@@ -134,9 +134,10 @@ def sequence_loss(draft: EagleDraft, lm_head: torch.nn.Module, ex: Example, feat
     """The EAGLE loss of one conversation (its positions start..start+window), summed over the unrolled passes
     (mean over rows). RoPE is relative, so a window is a conversation of its own to the draft."""
     end = feat.f.shape[0] if window is None else min(feat.f.shape[0], start + window)
-    tokens = ex.tokens[start + 1:end]  # [n] the window's x_1.., n = end − start − 1
-    f = feat.f[start:end].float()
-    feat = Features(f, feat.lse[start:end])
+    device = draft.fc.weight.device  # features and tokens are kept on the CPU; the draft may be on a GPU
+    tokens = ex.tokens[start + 1:end].to(device)  # [n] the window's x_1.., n = end − start − 1
+    f = feat.f[start:end].float().to(device)
+    feat = Features(f, feat.lse[start:end].to(device))
     target = f[1:, -draft.fc.out_features:]  # [n, H] f_1..f_{L−1}, the final-norm state
     weight = draft.head_weight()  # [V_d, H], frozen
     with torch.no_grad():
@@ -155,15 +156,18 @@ def held_out_ranks(draft: EagleDraft, lm_head: torch.nn.Module, examples: list[E
     """(acc [depth, k_max], counts [depth]): acc[d, i] = P(the target's argmax at depth d+1 is among the draft's
     top i+1 | the d tokens before it are the target's argmax), ``full_head``: through the full LM head."""
     hits, counts = np.zeros((depth, k_max)), np.zeros(depth)
-    weight = lm_head.weight if full_head else draft.head_weight()
-    ids = torch.arange(weight.shape[0]) if full_head or not draft.vocab.numel() else draft.vocab
+    device = draft.fc.weight.device  # the draft runs there; the ranks are counted on the CPU
+    head = lm_head.weight.detach().cpu()
+    weight = head if full_head else draft.head_weight().detach().cpu()
+    ids = torch.arange(weight.shape[0]) if full_head or not draft.vocab.numel() else draft.vocab.cpu()
     with torch.inference_mode():
         for ex, feat in zip(examples, feats):
             L = feat.f.shape[0]
             f = feat.f.float()
-            argmax = (f[:, -draft.fc.out_features:] @ lm_head.weight.T).argmax(-1)  # [L] argmax after position j
+            argmax = (f[:, -draft.fc.out_features:] @ head.T).argmax(-1)  # [L] argmax after position j
             right = (ex.tokens[1:L] == argmax[:-1])  # [L−1] x_{j+1} is the argmax
-            outs = unroll(draft, f[:-1], ex.tokens[1:L], depth)  # pass t row i: node at depth t+1, position i+1
+            outs = [o.cpu() for o in unroll(draft, f[:-1].to(device), ex.tokens[1:L].to(device), depth)]
+            # pass t row i: node at depth t+1, position i+1
             for t, out in enumerate(outs):
                 rows = torch.arange(t, L - 1)  # row i predicts the token at position i + 2
                 ok = torch.ones(rows.numel(), dtype=torch.bool)
@@ -192,7 +196,7 @@ def cached_features(model: torch.nn.Module, examples: list[Example], layers: tup
     every variant trained on the same data computes them once."""
     path = data / f"features_{'_'.join(map(str, layers))}_{max_len}.pt"
     if path.is_file():
-        saved = torch.load(path)
+        saved = torch.load(path, map_location="cpu")  # features are kept on the CPU, whoever wrote them
         if saved["conversations"] == len(examples):
             return [Features(f, lse) for f, lse in zip(saved["f"], saved["lse"])]
     feats = target_features(model, examples, layers, max_len)
@@ -203,7 +207,8 @@ def cached_features(model: torch.nn.Module, examples: list[Example], layers: tup
 
 
 def train_eagle(cfg: EagleTrainConfig, out: str | Path, target: LoadedModel | None = None,
-                command: list[str] | None = None, data: str | Path | None = None) -> dict:
+                command: list[str] | None = None, data: str | Path | None = None,
+                device: str | torch.device | None = None) -> dict:
     """The whole recipe (module docstring); ``target`` defaults to the zoo target in fp32 (tests pass a tiny one);
     ``data`` is the data folder (default ``out/data``), shared by the variants of an ablation."""
     run = begin_run(out, cfg, "specrepro.training.eagle", command)
@@ -212,7 +217,8 @@ def train_eagle(cfg: EagleTrainConfig, out: str | Path, target: LoadedModel | No
 
     # 1. Data: the Medusa heads' recipe.
     with timer.phase("data"):
-        target = target if target is not None else load_model(cfg.target, dtype="fp32", device="cpu")
+        target = target if target is not None else load_model(cfg.target, dtype="fp32",
+                                                              device=resolve_device(device))
         dcfg = data_config(MedusaTrainConfig(target=cfg.target, seed=cfg.seed, shards=cfg.shards,
                                              task_shards=cfg.task_shards, gen_batch=cfg.gen_batch))
         chat = chat_format(target)
@@ -306,9 +312,11 @@ def main(argv: list[str] | None = None) -> None:
     for f in dataclasses.fields(EagleTrainConfig):
         kw = {"choices": FEATURES} if f.name == "features" else {}
         parser.add_argument(f"--{f.name.replace('_', '-')}", type=type(f.default), default=f.default, **kw)
+    parser.add_argument("--device", default="auto", help="where the target runs: auto (cuda when available), cpu, "
+                                                          "cuda or cuda:N")
     args = vars(parser.parse_args(argv))
-    out, data = args.pop("out"), args.pop("data")
-    record = train_eagle(EagleTrainConfig(**args), out, data=data)
+    out, data, device = args.pop("out"), args.pop("data"), resolve_device(args.pop("device"))
+    record = train_eagle(EagleTrainConfig(**args), out, data=data, device=device)
     print(json.dumps({"held_out": {k: v for k, v in record["held_out"].items() if "accept" in k},
                       "draft": record["draft"], "times_s": record["times_s"]}, indent=1))
 

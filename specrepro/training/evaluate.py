@@ -13,6 +13,7 @@ from ..config import DecodeConfig, SamplingConfig
 from ..draft_model import ReducedVocabDraft
 from ..drafters import LMDrafter
 from ..metrics.profile import forward_timer
+from ..decoding import model_device
 from ..models import LoadedModel
 from ..prompts import encode_prompt, load_suite
 from ..record import alpha_of
@@ -62,8 +63,9 @@ def teacher_forced_agreement(target: torch.nn.Module, draft: torch.nn.Module, pr
             cont = autoregressive_generate(target, ids, DecodeConfig(max_new_tokens=max_new), eos).token_ids
             seq = torch.tensor([ids + cont])  # [1, L]
             with torch.inference_mode():
-                lp = target(input_ids=seq).logits[0, len(ids) - 1: -1].float()  # [n, V]
-                lq = draft(input_ids=seq).logits[0, len(ids) - 1: -1].float()  # [n, V]
+                lp = target(input_ids=seq.to(model_device(target))).logits[0, len(ids) - 1: -1].float()  # [n, V]
+                lq = draft(input_ids=seq.to(model_device(draft))).logits[0, len(ids) - 1: -1].float()  # [n, V]
+                lq = lq.to(lp.device)
             top1 += float((lp.argmax(-1) == lq.argmax(-1)).sum())
             overlap += float(torch.minimum(lp.softmax(-1), lq.softmax(-1)).sum())
             n += lp.shape[0]
@@ -85,7 +87,7 @@ def data_agreement(draft: ReducedVocabDraft, examples: list[Example], max_len: i
     rows = 0
     with torch.no_grad():
         for i in range(0, len(examples), chunk):
-            b = collate(examples[i: i + chunk], max_len)
+            b = collate(examples[i: i + chunk], max_len).to(draft.token_map.device)
             logq, p, logq_c = student_rows(draft, b)  # [R, N], [R, K+1], [R, K+1]
             top1 += float((draft.kept_ids[logq.argmax(-1)] == b.top_ids[b.row_mask][:, 0]).sum())  # col 0: p's argmax
             overlap += float(torch.minimum(p[:, :-1], logq_c[:, :-1].exp()).sum())  # the top-k, not "rest"

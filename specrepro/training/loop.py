@@ -96,7 +96,8 @@ class Checkpoint:
     def load(self) -> dict | None:
         if not self.path.is_file():
             return None
-        state = torch.load(self.path, weights_only=False)
+        # on the CPU whoever saved it: load_state_dict then copies into the model's and optimiser's devices
+        state = torch.load(self.path, weights_only=False, map_location="cpu")
         return state if state.get("config") == self.config and "trainer" in state else None
 
     def save(self, state: dict) -> None:

@@ -79,6 +79,7 @@ def coarsen(logq_kept: torch.Tensor, token_map: torch.Tensor, top_ids: torch.Ten
 def student_rows(draft: ReducedVocabDraft, batch: DistillBatch) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """At the R positions with a teacher row: the student's log q over its kept ids [R, N], and teacher and
     student coarsened to the teacher's top-k + "rest" (``coarsen``): (p, log q) [R, K+1] each."""
+    batch = batch.to(draft.token_map.device)  # collated on the CPU; the student may be on a GPU
     z, _ = draft.reduced_logits(batch.input_ids, use_cache=False)  # [B, T, N]
     logq = z.float().log_softmax(-1)[batch.row_mask]  # [R, N]
     p, logq_c = coarsen(logq, draft.token_map, batch.top_ids[batch.row_mask], batch.top_probs[batch.row_mask],

@@ -27,7 +27,7 @@ import torch
 from tqdm import tqdm
 
 from ..drafters.medusa import MedusaConfig, MedusaHeads, save_heads
-from ..models import LoadedModel, load_model
+from ..models import LoadedModel, load_model, resolve_device
 from .data import DataConfig, Example, chat_format, generate_data, load_data, task_openings
 from .loop import Trainer, begin_run, train_loop, warmup_cosine
 
@@ -60,12 +60,12 @@ def data_config(cfg: MedusaTrainConfig) -> DataConfig:
 
 def hidden_states(model: torch.nn.Module, examples: list[Example], max_len: int) -> list[torch.Tensor]:
     """The frozen target's final hidden states [L, H] of every conversation (first ``max_len`` positions)."""
-    out = []
+    out, device = [], next(model.parameters()).device
     with torch.inference_mode():
         for ex in tqdm(examples, desc="medusa: backbone hidden states", file=sys.stderr):
-            ids = ex.tokens[:max_len][None]  # [1, L]
+            ids = ex.tokens[:max_len][None].to(device)  # [1, L]
             h = model(input_ids=ids, output_hidden_states=True).hidden_states[-1][0]  # [L, H], after the final norm
-            out.append(h.to(torch.bfloat16))
+            out.append(h.to(torch.bfloat16).cpu())  # kept on the CPU: every conversation's states at once
     return out
 
 
@@ -114,12 +114,13 @@ def one_head_logits(heads: MedusaHeads, lm_head: torch.nn.Module, hidden: torch.
 def batch_loss(heads: MedusaHeads, lm_head: torch.nn.Module, hidden: list[torch.Tensor], examples: list[Example],
                idx: Positions, num_heads: int) -> torch.Tensor:
     """Mean of −Σ_j p_j log q_k(id_j) over the batch, p the teacher's renormalised top-k row at t + ahead(k)."""
-    h = torch.stack([hidden[c][t] for c, t in zip(idx.conv.tolist(), idx.pos.tolist())]).float()  # [B, H]
-    logq = one_head_logits(heads, lm_head, h, idx.head).log_softmax(-1)  # [B, V]
+    device = lm_head.weight.device
+    h = torch.stack([hidden[c][t] for c, t in zip(idx.conv.tolist(), idx.pos.tolist())]).float().to(device)  # [B, H]
+    logq = one_head_logits(heads, lm_head, h, idx.head.to(device)).log_softmax(-1)  # [B, V]
     rows = [(examples[c].top_ids[t + ahead(k)], examples[c].top_probs[t + ahead(k)])
             for c, t, k in zip(idx.conv.tolist(), idx.pos.tolist(), idx.head.tolist())]
-    ids = torch.stack([r[0] for r in rows])  # [B, K_teacher]
-    p = torch.stack([r[1] for r in rows])  # [B, K_teacher]
+    ids = torch.stack([r[0] for r in rows]).to(device)  # [B, K_teacher]
+    p = torch.stack([r[1] for r in rows]).to(device)  # [B, K_teacher]
     p = p / p.sum(-1, keepdim=True)
     return -(p * logq.gather(-1, ids)).sum(-1).mean()
 
@@ -134,7 +135,8 @@ def topk_accuracy(heads: MedusaHeads, lm_head: torch.nn.Module, hidden: list[tor
         for s in range(0, idx.conv.numel(), chunk):
             part = Positions(idx.conv[s:s + chunk], idx.pos[s:s + chunk], idx.head[s:s + chunk])
             h = torch.stack([hidden[c][t] for c, t in zip(part.conv.tolist(), part.pos.tolist())]).float()
-            logits = one_head_logits(heads, lm_head, h, part.head)  # [B, V]
+            logits = one_head_logits(heads, lm_head, h.to(lm_head.weight.device),
+                                     part.head.to(lm_head.weight.device)).cpu()  # [B, V]
             for b, (c, t, k) in enumerate(zip(part.conv.tolist(), part.pos.tolist(), part.head.tolist())):
                 truth = int(examples[c].top_ids[t + ahead(k), 0])
                 rank = int((logits[b] > logits[b, truth]).sum())  # 0 = top-1
@@ -145,14 +147,16 @@ def topk_accuracy(heads: MedusaHeads, lm_head: torch.nn.Module, hidden: list[tor
 
 
 def train_medusa(cfg: MedusaTrainConfig, out: str | Path, target: LoadedModel | None = None,
-                 command: list[str] | None = None) -> dict:
-    """The whole recipe (module docstring); ``target`` defaults to the zoo target in fp32 (tests pass a tiny one)."""
+                 command: list[str] | None = None, device: str | torch.device | None = None) -> dict:
+    """The whole recipe (module docstring); ``target`` defaults to the zoo target in fp32 on ``device`` (None:
+    cuda when available); tests pass a tiny one. The heads train on the target's device."""
     run = begin_run(out, cfg, "specrepro.training.medusa", command)
     out, timer = run.out, run.timer
 
     # 1. Data, as training.data writes it.
     with timer.phase("data"):
-        target = target if target is not None else load_model(cfg.target, dtype="fp32", device="cpu")
+        target = target if target is not None else load_model(cfg.target, dtype="fp32",
+                                                              device=resolve_device(device))
         dcfg = data_config(cfg)
         made = generate_data(target.model, chat_format(target), dcfg, out / "data", task_openings(target.tokenizer))
         examples = load_data(out / "data", dcfg)
@@ -173,7 +177,7 @@ def train_medusa(cfg: MedusaTrainConfig, out: str | Path, target: LoadedModel | 
         lm_head = target.model.get_output_embeddings()
         lm_head.requires_grad_(False)
         hsize = target.model.config.hidden_size
-        heads = MedusaHeads(hsize, cfg.num_heads).float().train()
+        heads = MedusaHeads(hsize, cfg.num_heads).float().to(lm_head.weight.device).train()
         trainer = Trainer(heads, cfg.lr, schedule=lambda s: warmup_cosine(s, cfg.steps, cfg.warmup))
         g = torch.Generator().manual_seed(cfg.seed)
         val_sample = torch.randperm(val_pos.conv.numel(), generator=g)[:2048]
@@ -217,9 +221,11 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--out", required=True, help="run folder (data shards are reused if present)")
     for f in dataclasses.fields(MedusaTrainConfig):
         parser.add_argument(f"--{f.name.replace('_', '-')}", type=type(f.default), default=f.default)
+    parser.add_argument("--device", default="auto", help="where the target runs: auto (cuda when available), cpu, "
+                                                          "cuda or cuda:N")
     args = vars(parser.parse_args(argv))
-    out = args.pop("out")
-    record = train_medusa(MedusaTrainConfig(**args), out)
+    out, device = args.pop("out"), resolve_device(args.pop("device"))
+    record = train_medusa(MedusaTrainConfig(**args), out, device=device)
     print(json.dumps({"held_out_topk_accuracy": record["held_out_topk_accuracy"], "heads": record["heads"],
                       "times_s": record["times_s"]}, indent=1))
 

@@ -53,7 +53,7 @@ from ..drafters.base import Drafter
 from ..drafters.online import OnlineDrafter, OnlineSample, SequenceSample
 from ..record import GenerationRecord, alpha_of
 from ..speculative import speculative_generate
-from .data import DistillBatch, Example, collate
+from .data import Example, collate
 from .loop import Trainer
 from .losses import DIVERGENCES, batch_loss
 
@@ -149,10 +149,6 @@ def as_student(model: torch.nn.Module) -> torch.nn.Module:
     return model if isinstance(model, ReducedVocabDraft) else FullVocabStudent(model)
 
 
-def batch_to(batch: DistillBatch, device: torch.device) -> DistillBatch:
-    return DistillBatch(*(getattr(batch, f.name).to(device) for f in dataclasses.fields(batch)))
-
-
 def example_of(sample: OnlineSample | SequenceSample) -> Example:
     """A buffered sample as distillation data: its sequence with a teacher row at each of its draft positions."""
     return Example.with_rows(*sample.teacher())
@@ -219,7 +215,7 @@ class OnlineLearner:
             examples = [example_of(s) for s in picked]
             batch = collate(examples, max_len=max(len(e.tokens) for e in examples))  # every row kept
             self.student.train()
-            losses.append(self.trainer.step(batch_loss(self.student, batch_to(batch, device), cfg.divergence)))
+            losses.append(self.trainer.step(batch_loss(self.student, batch.to(device), cfg.divergence)))
         self.student.eval()
         report = UpdateReport(after_sequence=self.sequences, samples=len(samples), rows=self.buffer.rows,
                               losses=tuple(losses), seconds=self.clock.now() - t0)

@@ -40,8 +40,9 @@ from transformers import DynamicCache
 
 from ..drafters.ppd import (EPT_MASKS, PPDConfig, PromptTokens, ept_block_mask, load_prompt_tokens,
                             save_prompt_tokens)
+from ..decoding import model_device
 from ..kvcache import drop_last
-from ..models import LoadedModel, load_model
+from ..models import LoadedModel, load_model, resolve_device
 from ..provenance import atomic_write_text, git_revision
 from .data import DataConfig, Example, chat_format, generate_data, load_data, task_openings
 from .loop import Checkpoint, Trainer, begin_run, train_loop, warmup_cosine
@@ -139,16 +140,19 @@ class Prefix:
 def run_prefix(model: torch.nn.Module, ex: Example, cfg: PPDTrainConfig) -> Prefix:
     tokens = ex.tokens[: cfg.max_len]
     cache = DynamicCache(config=model.config)
-    with torch.no_grad():
-        logits = model(input_ids=tokens[None], past_key_values=cache, use_cache=True).logits[0].float()  # [L, V]
+    with torch.no_grad():  # tokens and the index tensors stay on the CPU; the logits are on the model's device
+        logits = model(input_ids=tokens[None].to(model_device(model)), past_key_values=cache,
+                       use_cache=True).logits[0].float()  # [L, V]
     rows = ex.has_row[: cfg.max_len]
     t = torch.arange(max(0, tokens.numel() - 2))
     return Prefix(cache, logits, tokens, rows, t[rows[t + 2]] if t.numel() else t)
 
 
-def group_inputs(anchors: torch.Tensor, n_cached: int, cfg: PPDTrainConfig) -> tuple[torch.Tensor, torch.Tensor]:
+def group_inputs(anchors: torch.Tensor, n_cached: int, cfg: PPDTrainConfig, dtype: torch.dtype = torch.float32,
+                 device: torch.device | str = "cpu") -> tuple[torch.Tensor, torch.Tensor]:
     """position ids [1, Q] and the additive mask [1, 1, Q, L+Q] for R anchor groups of m·e prompt nodes each
-    (Q = R·m·e, distance-major within a group): a node sees x[:t+1] and its group under the EPT mask."""
+    (Q = R·m·e, distance-major within a group): a node sees x[:t+1] and its group under the EPT mask. The mask is
+    in the model's ``dtype`` (SDPA takes no other; its minimum, since fp32's overflows fp16) on its ``device``."""
     m, e, r = cfg.prompt_tokens, cfg.epts, anchors.numel()
     d = torch.arange(1, m + 1).repeat_interleave(e)  # [m·e] distance of each node
     positions = (anchors[:, None] + d[None, :]).reshape(1, -1)  # [1, Q]
@@ -156,8 +160,8 @@ def group_inputs(anchors: torch.Tensor, n_cached: int, cfg: PPDTrainConfig) -> t
     allowed = torch.zeros(q, n_cached + q, dtype=torch.bool)
     allowed[:, :n_cached] = (torch.arange(n_cached)[None, :] <= anchors.repeat_interleave(m * e)[:, None])
     allowed[:, n_cached:] = torch.block_diag(*[ept_block_mask(m, e, cfg.mask)] * r)
-    mask = torch.zeros(allowed.shape).masked_fill_(~allowed, torch.finfo(torch.float32).min)
-    return positions, mask[None, None]
+    mask = torch.zeros(allowed.shape, dtype=dtype).masked_fill_(~allowed, torch.finfo(dtype).min)
+    return positions.to(device), mask[None, None].to(device)
 
 
 def prefix_mask(mask: torch.Tensor, n_cached: int, cfg: PPDTrainConfig) -> torch.Tensor:
@@ -166,8 +170,9 @@ def prefix_mask(mask: torch.Tensor, n_cached: int, cfg: PPDTrainConfig) -> torch
     m, e = cfg.prompt_tokens, cfg.epts
     q = mask.shape[2]
     d = torch.arange(m).repeat_interleave(e).repeat(q // (m * e))  # [Q] distance index of each node
-    extra = torch.full((q, m), torch.finfo(mask.dtype).min)
+    extra = torch.full((q, m), torch.finfo(mask.dtype).min, dtype=mask.dtype)
     extra[torch.arange(q), d] = 0.0
+    extra = extra.to(mask.device)
     return torch.cat([mask[..., :n_cached], extra[None, None], mask[..., n_cached:]], dim=-1)
 
 
@@ -176,8 +181,10 @@ def student_logits(model: torch.nn.Module, student: Student, prefix: Prefix, anc
     """Each anchor's prompt-token guesses [R, m, V] (log-probabilities) from one forward over the cached prefix."""
     m, e, h = cfg.prompt_tokens, cfg.epts, student.tokens.embeds.shape[-1]
     n_cached = prefix.tokens.numel()
-    positions, mask = group_inputs(anchors, n_cached, cfg)
+    weight = model.get_input_embeddings().weight
+    positions, mask = group_inputs(anchors, n_cached, cfg, dtype=weight.dtype, device=weight.device)
     embeds = student.tokens.embeds.reshape(1, m * e, h).expand(anchors.numel(), -1, -1).reshape(1, -1, h)  # [1, Q, H]
+    embeds = embeds.to(weight.dtype)  # the student trains in fp32; a bf16/fp16 target reads its own dtype
     added = positions.shape[1]
     if student.prefix_kv is not None:  # prefix tuning: m trained positions after x in every layer (Fig. 10)
         for i, layer in enumerate(prefix.cache.layers):
@@ -228,7 +235,7 @@ def loss_for(logq: torch.Tensor, prefix: Prefix, anchors: torch.Tensor, cfg: PPD
             p = prefix.logits[rows].softmax(-1)  # [R', V]
             loss = (p * (p.clamp_min(1e-12).log() - lq)).sum(-1).mean()
         else:
-            loss = -lq.gather(-1, prefix.tokens[rows + 1][:, None]).mean()
+            loss = -lq.gather(-1, prefix.tokens[rows + 1][:, None].to(lq.device)).mean()
         total = total + cfg.decay ** (d - 1) * loss
     return total / cfg.prompt_tokens
 
@@ -301,7 +308,8 @@ def optimizer(student: Student, cfg: PPDTrainConfig):
 
 
 def train_ppd(cfg: PPDTrainConfig, out: str | Path, target: LoadedModel | None = None,
-              command: list[str] | None = None, progress: bool = True, data: str | Path | None = None) -> dict:
+              command: list[str] | None = None, progress: bool = True, data: str | Path | None = None,
+              device: str | torch.device | None = None) -> dict:
     """The whole recipe (module docstring); ``target`` defaults to the zoo target in fp32 (tests pass a tiny one);
     ``data`` is the data folder (default ``out/data``; runs that share one make it once)."""
     run = begin_run(out, cfg, "specrepro.training.ppd", command)
@@ -310,7 +318,8 @@ def train_ppd(cfg: PPDTrainConfig, out: str | Path, target: LoadedModel | None =
 
     # 1. Data, as training.data writes it (Medusa's recipe).
     with timer.phase("data"):
-        target = target if target is not None else load_model(cfg.target, dtype="fp32", device="cpu")
+        target = target if target is not None else load_model(cfg.target, dtype="fp32",
+                                                              device=resolve_device(device))
         model = target.model.eval().requires_grad_(False)
         made = generate_data(model, chat_format(target), shared_data(cfg), data, task_openings(target.tokenizer))
         examples = load_data(data, shared_data(cfg))
@@ -318,7 +327,7 @@ def train_ppd(cfg: PPDTrainConfig, out: str | Path, target: LoadedModel | None =
 
     # 2-4. Train the prompt tokens (and EPT weights); resumable from DIR/checkpoint.pt.
     torch.manual_seed(cfg.seed)
-    student = Student(cfg, init_embeddings(model, cfg), model)
+    student = Student(cfg, init_embeddings(model, cfg), model).to(model_device(model))
     g = torch.Generator().manual_seed(cfg.seed)
     val_small = [examples[i] for i in val_ids[:4]]
 
@@ -371,7 +380,7 @@ def train_ppd(cfg: PPDTrainConfig, out: str | Path, target: LoadedModel | None =
     return record
 
 
-def remeasure(out: str | Path, data: str | Path | None = None) -> dict:
+def remeasure(out: str | Path, data: str | Path | None = None, device: str | torch.device | None = None) -> dict:
     """Measure the held-out accuracies of a finished run's prompt tokens (``out/prompt_tokens``) again with this
     revision's evaluation, and rewrite their rank probabilities and record; the earlier numbers stay in the
     record under ``held_out_topk_accuracy_before``."""
@@ -380,11 +389,11 @@ def remeasure(out: str | Path, data: str | Path | None = None) -> dict:
     record = json.loads((folder / "training_record.json").read_text())
     cfg = PPDTrainConfig(**record["config"])
     tokens, config = load_prompt_tokens(folder)
-    target = load_model(cfg.target, dtype="fp32", device="cpu")
+    target = load_model(cfg.target, dtype="fp32", device=resolve_device(device))
     model = target.model.eval().requires_grad_(False)
     examples = load_data(Path(data) if data is not None else out / "data", shared_data(cfg))
     _, val_ids = split(len(examples), cfg)
-    student = Student(cfg, tokens.embeds.detach().reshape(-1, tokens.embeds.shape[-1]))
+    student = Student(cfg, tokens.embeds.detach().reshape(-1, tokens.embeds.shape[-1])).to(model_device(model))
     acc, n_anchors = topk_accuracy(model, student, [examples[i] for i in val_ids], cfg)
     rank_probs = stored_rank_probs(acc)
     record["held_out_topk_accuracy_before"] = record["held_out_topk_accuracy"]
@@ -412,13 +421,15 @@ def main(argv: list[str] | None = None) -> None:
             parser.add_argument(flag, action=argparse.BooleanOptionalAction, default=f.default)
         else:
             parser.add_argument(flag, type=type(f.default), default=f.default)
+    parser.add_argument("--device", default="auto", help="where the target runs: auto (cuda when available), cpu, "
+                                                          "cuda or cuda:N")
     args = vars(parser.parse_args(argv))
-    out, data = args.pop("out"), args.pop("data")
+    out, data, device = args.pop("out"), args.pop("data"), resolve_device(args.pop("device"))
     if args.pop("remeasure"):
-        record = remeasure(out, data)
+        record = remeasure(out, data, device)
         print(json.dumps(record["held_out_topk_accuracy"], indent=1))
         return
-    record = train_ppd(PPDTrainConfig(**args), out, data=data)
+    record = train_ppd(PPDTrainConfig(**args), out, data=data, device=device)
     print(json.dumps({"held_out_topk_accuracy": record["held_out_topk_accuracy"],
                       "prompt_tokens": record["prompt_tokens"], "times_s": record["times_s"]}, indent=1))
 

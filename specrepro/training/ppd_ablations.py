@@ -17,7 +17,7 @@ from pathlib import Path
 
 from ..cli import Parser, existing_folder, threads
 from ..executor import ExecutorConfig, executor_arg, run_cells
-from ..models import LoadedModel, load_model
+from ..models import LoadedModel, load_model, resolve_device
 from ..provenance import atomic_write_text
 from .ppd import PPDTrainConfig, train_ppd
 
@@ -86,7 +86,7 @@ def run_ablations(out: str | Path, data: str | Path, names=tuple(ABLATIONS), ste
             todo.append((name, cfg))
     if todo:
         local = executor.kind == "local"
-        target = load_model(PPDTrainConfig().target, dtype="fp32", device="cpu") if local else None
+        target = load_model(PPDTrainConfig().target, dtype="fp32", device=resolve_device(None)) if local else None
         command = [sys.executable, "-m", "specrepro.training.ppd_ablations", *sys.argv[1:]]
         run_cells(functools.partial(train_row, out, data, target, command), todo,
                   executor if local else dataclasses.replace(executor, num_cpus=threads))

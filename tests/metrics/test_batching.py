@@ -89,6 +89,19 @@ def test_without_a_counter_energy_is_empty_with_the_reason(model):
     assert all(r["energy_per_input_j"] is None for r in result.table1())
 
 
+class FrozenCounter(TickingMeter):
+    """A counter that does not move within a sample, as NVML's within its update period."""
+
+    def read_j(self) -> float:
+        return 5.0
+
+
+def test_samples_shorter_than_the_counters_update_read_no_energy_and_say_why(model):
+    result = measure_batching(model, CONTEXT, batches=(1, 2), rounds=1, forwards=1, warmup=0, meter=FrozenCounter())
+    assert all(c.energy_j is None and c.total_j is None for c in result.cells)  # None, not 0 J
+    assert "below test resolution" in result.energy_reason
+
+
 @pytest.mark.parametrize("kwargs, message", [
     (dict(batches=(0, 2)), "batch sizes B must be >= 1"),
     (dict(new_tokens=(0,)), "new tokens per sequence n must be >= 1"),

@@ -6,6 +6,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from specrepro.metrics import energy
 from specrepro.metrics.energy import RaplMeter, UnavailableMeter, nvml_meter, open_meter, rapl_meter
 
 MAX_UJ = 262_143_328_850  # a real package's max_energy_range_uj
@@ -148,6 +149,10 @@ def _fake_pynvml(readings_mj=(), init_error=None, energy_error=None):
         fake.calls.append(("handle", uuid))
         return f"handle:{uuid}"
 
+    def nvmlDeviceGetDeviceHandleFromMigDeviceHandle(handle):
+        fake.calls.append(("parent", handle))
+        return f"parent-of:{handle}"
+
     def nvmlDeviceGetTotalEnergyConsumption(handle):
         if energy_error:
             raise NVMLError(energy_error)
@@ -155,6 +160,7 @@ def _fake_pynvml(readings_mj=(), init_error=None, energy_error=None):
 
     fake.nvmlInit = nvmlInit
     fake.nvmlDeviceGetHandleByUUID = nvmlDeviceGetHandleByUUID
+    fake.nvmlDeviceGetDeviceHandleFromMigDeviceHandle = nvmlDeviceGetDeviceHandleFromMigDeviceHandle
     fake.nvmlDeviceGetTotalEnergyConsumption = nvmlDeviceGetTotalEnergyConsumption
     return fake
 
@@ -173,9 +179,39 @@ def test_nvml_measure_takes_the_difference_of_two_reads(monkeypatch):
     fake = _fake_pynvml(readings_mj=[1_000, 1_000, 3_500])  # origin, block start, block end
     monkeypatch.setitem(sys.modules, "pynvml", fake)
     meter = nvml_meter("GPU-abcd")
+    meter.clock = fake_clock(0.0, 0.5)
     with meter.measure() as m:
         pass
     assert m.joules == pytest.approx(2.5) and m.source == "nvml" and m.reason is None
+
+
+def fake_clock(*ticks: float):
+    it = iter(ticks)
+    return type("FakeClock", (), {"now": lambda self: next(it)})()
+
+
+@pytest.mark.parametrize("readings, seconds", [([1_000, 1_000, 1_000], 0.5),  # no update inside the block
+                                               ([1_000, 1_000, 1_900], 0.004)])  # a whole period in 4 ms
+def test_a_block_below_nvmls_update_period_reads_none_not_zero(monkeypatch, readings, seconds):
+    monkeypatch.setitem(sys.modules, "pynvml", _fake_pynvml(readings_mj=readings))
+    meter = nvml_meter("GPU-abcd")
+    meter.clock = fake_clock(0.0, seconds)
+    with meter.measure() as m:
+        pass
+    assert m.joules is None and "below nvml resolution" in m.reason and m.seconds == pytest.approx(seconds)
+
+
+def test_a_mig_slice_is_named_mig_and_metered_by_its_whole_gpu(monkeypatch):
+    fake = _fake_pynvml(readings_mj=[7, 7])
+    monkeypatch.setitem(sys.modules, "pynvml", fake)
+    props = types.SimpleNamespace(uuid="1234-abcd", name="NVIDIA A100-SXM4-40GB MIG 1g.5gb")
+    monkeypatch.setattr(torch.cuda, "get_device_properties", lambda index: props)
+    assert energy._cuda_uuid(torch.device("cuda:0")) == "MIG-1234-abcd"
+    props.name = "NVIDIA H100 80GB HBM3"
+    assert energy._cuda_uuid(torch.device("cuda:0")) == "GPU-1234-abcd"
+    meter = nvml_meter("MIG-1234-abcd")
+    assert meter.available and "whole GPU" in meter.scope
+    assert fake.calls[1:] == [("handle", "MIG-1234-abcd"), ("parent", "handle:MIG-1234-abcd")]
 
 
 @pytest.mark.parametrize("kwargs, message", [

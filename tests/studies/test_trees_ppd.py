@@ -116,9 +116,9 @@ def test_medusa_bench_table_and_table1():
     result = tree_bench()
     table = medusa_study.bench_table(result, ("ar", "medusa", "medusa:t4"))
     assert [r["tree_size"] for r in table] == [None, 6, 4] and table[2]["speedup"] == 3.0
-    t1 = medusa_study.table1(result, LinearProfile(), {"trainable_fraction": 0.01}, "tiny", "cpu")
+    t1 = medusa_study.table1(result, LinearProfile(), {"trainable_fraction": 0.01}, "tiny")
     vanilla, heads = t1[0], t1[1]
-    assert vanilla["L_fp_ms"] == 1.0 and vanilla["throughput_tok_s"] == 10.0 and vanilla["device"] == "CPU cpu, fp32"
+    assert vanilla["L_fp_ms"] == 1.0 and vanilla["throughput_tok_s"] == 10.0 and vanilla["device"] == "CPU, fp32"
     assert heads["tree_size"] == 6 and heads["input_length"] == 7 and heads["L_fp_ms"] == 7.0
     assert heads["trainable_pct"] == 1.0 and heads["tau"] == 1.5
     assert [r["model"] for r in t1[2:]] == [f"{m} (paper)" for m, *_ in ppd.PAPER_TABLE1_ROWS]
