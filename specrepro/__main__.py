@@ -3,8 +3,11 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 
+from .engine import ENGINES
+from .engine import ENV as ENGINE_ENV
 from .cli import (Parser, check_writable, device, existing_file, interrupted_while_starting, non_negative_int,
                   positive_int, resume_command, run_command, threads)
 
@@ -44,7 +47,15 @@ def add_decode_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--dtype", default="auto",
                    help="auto (default: the fastest for the method per the device profile), bf16, fp16 or fp32")
     p.add_argument("--device", type=device, default=None, help="cpu or cuda (default: cuda when available)")
+    add_engine_flag(p)
     p.add_argument("--no-chat-template", action="store_true", help="feed the prompt as plain text")
+
+
+def add_engine_flag(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--engine", choices=ENGINES, default=None,
+                   help="specrepro (default: the static-cache engine, specrepro.engine, for the Llama family; any other "
+                        "model runs on transformers and its records say so) or transformers (transformers' own "
+                        "forward, the reference path)")
 
 
 def sampling_from(args: argparse.Namespace) -> SamplingConfig:
@@ -227,8 +238,9 @@ def build_parser() -> argparse.ArgumentParser:
                      help="n-gram table (.npz) for --method unigram / bigram")
     gen.add_argument("--threads", type=threads, default=None, help="torch.set_num_threads (default: torch's)")
     gen.add_argument("--compile", action="store_true",
-                     help="run the target's (and a draft model's) forward through torch.compile (specrepro.compiled): "
-                          "minutes of compiling the first time, a faster step after")
+                     help="compile the engine's graphs (specrepro.engine: inductor with freezing, one graph per shape "
+                          "bucket, about a minute each on 2 cores the first time, then cached); the default engine "
+                          "runs eagerly with prepacked weights")
     gen.add_argument("--batch-size", type=positive_int, default=1,
                      help=f"decode this many prompts at once (specrepro.batched: {', '.join(BATCHING)}; each "
                           "prompt's tokens are its batch-1 run's)")
@@ -245,7 +257,9 @@ def build_parser() -> argparse.ArgumentParser:
     cal.add_argument("--repeats", type=positive_int, default=5, help="timed rounds per median")
     cal.add_argument("--context-tokens", type=positive_int, default=256, help="length of the cached prefix")
     cal.add_argument("--compile", action="store_true",
-                     help="time the forwards through torch.compile (specrepro.compiled; the warm-up pays the compile)")
+                     help="time the engine's forwards compiled (inductor with freezing, one graph per shape bucket; "
+                          "the warm-up pays the compile, kept under $SPECREPRO_CACHE/inductor)")
+    add_engine_flag(cal)
     cal.set_defaults(func=cmd_calibrate, interrupted=calibrate_interrupted, kept=[])
 
     bench = sub.add_parser("bench", help="benchmark methods on a prompt suite (see specrepro.bench)")
@@ -485,6 +499,8 @@ def main(argv: list[str] | None = None) -> int:
 
     def work() -> int:
         parsed.append(build_parser().parse_args(argv))
+        if getattr(parsed[0], "engine", None) is not None:
+            os.environ[ENGINE_ENV] = parsed[0].engine  # every model this process loads (and its subprocesses)
         return parsed[0].func(parsed[0])
 
     def interrupted() -> str:

@@ -121,8 +121,8 @@ class BatchCache:
         n = max(t.numel() for t in tokens)
         input_ids, positions, allowed = self._inputs(new, tokens, parents, m, n)
         if self.engine is not None:
-            states = engine_run(self.engine, self.kv, self.engine.embed(input_ids.to(self.device)), positions,
-                                allowed, self._slots)[-1]  # [B, Q, H] the final-norm output
+            states = engine_run(self.engine, self.kv, input_ids, positions, allowed,
+                                self._slots)[-1]  # [B, Q, H] the final-norm output
             self._slots += m + n
             logits = self.engine.logits(states[:, -(n + 1):])  # [B, N+1, V]
         else:

@@ -127,9 +127,9 @@ def start_run(target: torch.nn.Module, prompt_ids: list[int], config: DecodeConf
     """Check the prompt against the context and set up one generation (batch size 1)."""
     check_prompt(prompt_ids, config, context_length or target.config.max_position_embeddings)
     out: list[int] = []
+    p_model = CachedModel(target)
+    rec = GenerationRecord(method=method, token_ids=out, prompt_tokens=len(prompt_ids), config=config.to_dict())
+    rec.provenance["engine"] = p_model.backend  # which forward ran the target: the engine, or transformers'
     return Run(generator=torch.Generator().manual_seed(config.seed),
                draft_generator=torch.Generator().manual_seed(draft_stream(config.seed)),
-               clock=Clock(model_device(target)),
-               p_model=CachedModel(target), ids=list(prompt_ids), out=out,
-               rec=GenerationRecord(method=method, token_ids=out, prompt_tokens=len(prompt_ids),
-                                    config=config.to_dict()))
+               clock=Clock(model_device(target)), p_model=p_model, ids=list(prompt_ids), out=out, rec=rec)

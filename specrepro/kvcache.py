@@ -155,13 +155,11 @@ class CachedModel:
 
     def _engine_run(self, tokens: torch.Tensor, positions: torch.Tensor, allowed: torch.Tensor,
                     prompt_embeds: torch.Tensor | None = None) -> torch.Tensor:
-        """The engine's forward over tokens [1, Q'] (then any prompt_embeds [P, H]) at positions [1, Q], written
-        at slots cache_len.. and seeing ``allowed [Q, cache_len + Q]``: hidden [L+1, 1, Q, H]."""
-        x = self.engine.embed(tokens.to(self.device))  # [1, Q', H]
-        if prompt_embeds is not None:
-            x = torch.cat([x, prompt_embeds.to(x)[None]], dim=1)  # [1, Q, H]
-        hidden = engine_run(self.engine, self.kv, x, positions, allowed[None], self._slots)
-        self._slots += x.shape[1]
+        """The engine's forward over tokens [1, Q'] (host; then any prompt_embeds [P, H]) at positions [1, Q],
+        written at slots cache_len.. and seeing ``allowed [Q, cache_len + Q]``: hidden [L+1, 1, Q, H]."""
+        extra = None if prompt_embeds is None else prompt_embeds[None]  # [1, P, H]
+        hidden = engine_run(self.engine, self.kv, tokens, positions, allowed[None], self._slots, extra)
+        self._slots += positions.shape[1]
         return hidden
 
     def logits_for_tree(self, ids: list[int], tokens: torch.Tensor | list[int], parents: torch.Tensor | list[int],
@@ -281,10 +279,10 @@ class CachedModel:
             # crop below drops the rest. RoPE was applied before caching, at position n−1 + depth; on a root
             # path the depths are 1, 2, …, k, so each kept key already carries its new position exactly.
             src = torch.tensor(path, dtype=torch.long) + n  # [k] cache indices of the kept nodes
-            if self.engine is not None:
-                at = src.to(self.device)
+            if self.engine is not None:  # (row, from, to) of each kept entry, in one copy to the device
+                moves = torch.stack([torch.zeros_like(src), src, torch.arange(n, n + k)]).to(self.device)  # [3, k]
                 with torch.inference_mode():
-                    self.kv.move(torch.zeros_like(at), at, torch.arange(n, n + k, device=self.device))
+                    self.kv.move(*moves)
             with torch.inference_mode():
                 for layer in self.cache.layers if self.engine is None else ():
                     if layer.is_initialized:  # (a layer sharing another's KV may hold none)

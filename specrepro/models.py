@@ -22,7 +22,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer, LlamaConfig, Llama
 
 from .draft_model import is_draft_folder, load_draft_model
 from .engine import ATTR as ENGINE_ATTR
-from .engine import ENGINES, attach, engine_of
+from .engine import ENGINES, attach, default_engine, engine_of
 
 
 @dataclass(frozen=True)
@@ -258,12 +258,14 @@ def check_engine(engine: str) -> None:
 
 
 def load_model(name: str, dtype: str | torch.dtype | None = None, device: str | torch.device | None = None,
-               engine: str = "specrepro") -> LoadedModel:
+               engine: str | None = None) -> LoadedModel:
     """Load a causal LM and its tokenizer: a zoo name, a local folder, or a hub id (where a hub is reachable).
 
     ``engine="specrepro"`` (the default) hangs the static-cache compiled engine on a Llama-family model
     (``specrepro.engine``), which every cache then runs; "transformers" keeps transformers' own forward. A model
-    outside the family runs on transformers either way (``engine_name`` says which ran)."""
+    outside the family runs on transformers either way (``engine_name`` says which ran). None: ``$SPECREPRO_ENGINE``
+    (``--engine`` sets it), else "specrepro"."""
+    engine = default_engine() if engine is None else engine
     check_engine(engine)
     device = torch.device(device) if device is not None else default_device()
     dtype = parse_dtype(dtype, device)

@@ -6,16 +6,19 @@ transformers path. ``ENGINES`` names the two choices of ``--engine``.
 """
 from __future__ import annotations
 
+import os
+
 import torch
 
 from .llama import FAMILY, LlamaStack, unsupported
-from .runner import BUCKETS, SLOT_BLOCK, Engine, Rebuild, StaticKV, bucket, warm
+from .runner import BUCKETS, SLOT_BLOCK, Engine, Rebuild, StaticKV, bucket, compile_enabled, warm
 
-ENGINES = ("specrepro", "transformers")  # --engine: the static-cache compiled engine, or transformers' forward
+ENGINES = ("specrepro", "transformers")  # --engine: the static-cache engine, or transformers' forward
+ENV = "SPECREPRO_ENGINE"  # the process-wide choice (``--engine`` sets it; notebooks and subprocesses inherit it)
 ATTR = "specrepro_engine"  # the attribute of a model that holds its engine
 
 __all__ = ["BUCKETS", "ENGINES", "FAMILY", "SLOT_BLOCK", "Engine", "LlamaStack", "StaticKV", "attach", "bucket",
-           "detach", "engine_name", "engine_of", "unsupported", "warm"]
+           "default_engine", "default_engine_label", "detach", "engine_name", "engine_of", "unsupported", "warm"]
 
 
 def attach(model: torch.nn.Module, compiled: bool | None = None) -> Engine | None:
@@ -33,6 +36,23 @@ def attach(model: torch.nn.Module, compiled: bool | None = None) -> Engine | Non
         engine = Engine.build(model, compiled=compiled)
     if engine is not None:
         object.__setattr__(model, ATTR, engine)  # a plain attribute: not a submodule, not in the state dict
+    return engine
+
+
+def default_engine() -> str:
+    """The engine ``load_model`` uses when not told: ``$SPECREPRO_ENGINE``, else "specrepro"."""
+    engine = os.environ.get(ENV, "specrepro")
+    if engine not in ENGINES:
+        raise ValueError(f"{ENV}={engine!r} names no engine; choose one of {', '.join(ENGINES)}")
+    return engine
+
+
+def default_engine_label(compiled: bool = False) -> str:
+    """The engine a run uses, as its records and device profiles name it ("specrepro", "specrepro:compiled" or
+    "transformers")."""
+    engine = default_engine()
+    if engine == "specrepro" and (compiled or compile_enabled()):
+        return "specrepro:compiled"
     return engine
 
 

@@ -27,6 +27,7 @@ from .llama import LlamaStack, unsupported
 
 BUCKETS = (1, 2, 4, 8, 16, 32, 64)  # columns per forward
 SLOT_BLOCK = 256  # attended slots are rounded up to a multiple of this
+RECOMPILE_LIMIT = 256  # graphs per compiled module: columns x slot blocks x batch sizes
 
 
 def bucket(n: int) -> int:
@@ -81,6 +82,16 @@ class StaticKV:
         self.batch = int(rows.numel())
 
 
+def _canonical(t: torch.Tensor) -> torch.Tensor:
+    """t with the strides of a fresh contiguous tensor (a view of a larger one keeps odd strides on its size-1 dims,
+    which the compiled graphs' guards would treat as a new signature)."""
+    strides, step = [], 1
+    for size in reversed(t.shape):
+        strides.append(step)
+        step *= size
+    return t if tuple(reversed(strides)) == t.stride() else t.clone(memory_format=torch.contiguous_format)
+
+
 def _round(n: int) -> int:
     return max(SLOT_BLOCK, -(-n // SLOT_BLOCK) * SLOT_BLOCK)
 
@@ -122,6 +133,11 @@ class Engine:
             return module
         from ..cache import inductor_cache
         inductor_cache()
+        # One code object serves every (B, Q, S) bucket, each a graph of its own (dynamic=False): far more than
+        # dynamo's default limit of 8 recompiles per code object, after which it would fall back to eager.
+        torch._dynamo.config.recompile_limit = max(torch._dynamo.config.recompile_limit, RECOMPILE_LIMIT)
+        torch._dynamo.config.accumulated_recompile_limit = max(torch._dynamo.config.accumulated_recompile_limit,
+                                                               4 * RECOMPILE_LIMIT)
         if self.device.type == "cuda":
             return torch.compile(module, mode="reduce-overhead", dynamic=False, fullgraph=True)
         import torch._inductor.config as inductor_config
@@ -152,8 +168,8 @@ class Engine:
         """x [B, Q, H] (Q a bucket), positions [B, Q], slots [Q], mask [B, 1, Q, S] (S ≤ kv.capacity, a multiple of
         SLOT_BLOCK) -> hidden [L+1, B, Q, H]; see ``LlamaStack``."""
         self._count(("stack", *x.shape[:2], mask.shape[-1], kv.capacity))
-        with torch.inference_mode():
-            return self._stack_fn(x, positions, slots, mask, kv.k, kv.v)
+        with torch.inference_mode():  # (canonical strides: one graph per shape, whatever view the input came from)
+            return self._stack_fn(_canonical(x), _canonical(positions), slots, _canonical(mask), kv.k, kv.v)
 
     def logits(self, hidden: torch.Tensor) -> torch.Tensor:
         """hidden [B, R, H] final-norm rows -> logits [B, R, V'] (R padded to a bucket inside)."""
@@ -163,7 +179,7 @@ class Engine:
             hidden = torch.cat([hidden, hidden.new_zeros(b, size - r, hidden.shape[-1])], dim=1)
         self._count(("head", b, size))
         with torch.inference_mode():
-            logits = self._head_fn(hidden)[:, :r]  # [B, R, V']
+            logits = self._head_fn(_canonical(hidden))[:, :r]  # [B, R, V']
             if self.kept_ids is None:
                 return logits
             full = logits.new_full((b, r, self.out_vocab), float("-inf"))  # [B, R, V]
@@ -212,12 +228,10 @@ def warm(engine: Engine, batches: tuple[int, ...] = (1,), columns: tuple[int, ..
     for i, (b, q, s) in enumerate(todo):
         kv = engine.new_cache(b, s)
         x = torch.zeros(b, q, engine.stack.shape.hidden, dtype=engine.dtype, device=engine.device)
-        positions = torch.arange(q, device=engine.device).expand(b, q)
+        positions = torch.arange(q, device=engine.device).repeat(b, 1)  # [B, Q]
         mask = torch.zeros(b, 1, q, s, dtype=engine.dtype, device=engine.device)
         hidden = engine.forward(x, positions, torch.arange(q, device=engine.device), mask, kv)
         engine.logits(hidden[-1, :, :q])
-        if q == 1:
-            pass
         done, spent = i + 1, time.perf_counter() - start
         print(f"\rspecrepro engine: compiled {done}/{len(todo)} shapes (B={b}, Q={q}, S={s}) in {spent:.0f} s, "
               f"ETA {spent / done * (len(todo) - done):.0f} s", end="", file=stream, flush=True)

@@ -6,6 +6,10 @@ attend slot j. ``run`` turns it into the engine's static shapes: the Q columns i
 to a bucket, each padding column attending to its own slot only; the attended slots rounded up to a multiple of
 ``SLOT_BLOCK``; the boolean matrix into the additive mask the graph takes (0 = attend, the dtype's min = not).
 Columns are run in order and a column only sees earlier slots or itself, so chunking never changes a result.
+
+Host and device: the ids, positions and the boolean matrix travel to the device in ONE copy per call (packed into
+one int64 buffer, pinned and asynchronous on CUDA), and everything after it is built there, so a forward makes no
+host sync of its own.
 """
 from __future__ import annotations
 
@@ -14,35 +18,57 @@ import torch
 from .runner import BUCKETS, Engine, StaticKV, _round, bucket
 
 
-def run(engine: Engine, kv: StaticKV, x: torch.Tensor, positions: torch.Tensor, allowed: torch.Tensor,
-        start: int) -> torch.Tensor:
-    """x [B, Q, H], positions [B, Q], allowed [B, Q, start + Q] (bool, on the CPU) -> hidden [L+1, B, Q, H].
+def run(engine: Engine, kv: StaticKV, ids: torch.Tensor, positions: torch.Tensor, allowed: torch.Tensor,
+        start: int, extra: torch.Tensor | None = None) -> torch.Tensor:
+    """ids [B, Q'] and positions [B, Q] (host, long), allowed [B, Q, start + Q] (host, bool), ``extra`` [B, P, H]
+    embeddings (on the device) for the last P = Q − Q' columns (PPD's prompt nodes) -> hidden [L+1, B, Q, H].
 
     Column q's key and value go to slot start + q of every row."""
-    b, q_len, _ = x.shape
+    b, q_len = positions.shape
     kv.reserve(_round(start + q_len + BUCKETS[-1]))  # room for the padding columns of the last chunk
+    ids_dev, pos_dev, allowed_dev = _upload(engine, ids, positions, allowed)
+    x = engine.embed(ids_dev)  # [B, Q', H]
+    if extra is not None:
+        x = torch.cat([x, extra.to(x)], dim=1)  # [B, Q, H]
     out = []
     for lo in range(0, q_len, BUCKETS[-1]):
         hi = min(q_len, lo + BUCKETS[-1])
-        out.append(_chunk(engine, kv, x[:, lo:hi], positions[:, lo:hi], allowed[:, lo:hi, :start + hi], start + lo))
+        out.append(_chunk(engine, kv, x[:, lo:hi], pos_dev[:, lo:hi], allowed_dev[:, lo:hi, :start + hi], start + lo))
     return out[0] if len(out) == 1 else torch.cat(out, dim=2)
+
+
+def _upload(engine: Engine, ids: torch.Tensor, positions: torch.Tensor,
+            allowed: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The three host tensors on the engine's device, through one int64 buffer (one copy)."""
+    parts = (ids.long(), positions.long(), allowed.long())
+    flat = torch.cat([p.reshape(-1) for p in parts])
+    if engine.device.type == "cuda":
+        flat = flat.pin_memory().to(engine.device, non_blocking=True)
+    elif flat.device != engine.device:
+        flat = flat.to(engine.device)
+    out, at = [], 0
+    for p in parts:
+        out.append(flat[at:at + p.numel()].view(p.shape))
+        at += p.numel()
+    return out[0], out[1], out[2].bool()
 
 
 def _chunk(engine: Engine, kv: StaticKV, x: torch.Tensor, positions: torch.Tensor, allowed: torch.Tensor,
            first: int) -> torch.Tensor:
-    """One bucket: columns written at slots first, first + 1, …; allowed [B, n, first + n]."""
+    """One bucket, on the device: columns written at slots first, first + 1, …; allowed [B, n, first + n]."""
     b, n, h = x.shape
     size = bucket(n)
     attended = _round(first + size)
-    device = engine.device
-    mask = torch.zeros(b, size, attended, dtype=torch.bool)  # [B, Qb, S]
+    device = x.device
+    mask = torch.zeros(b, size, attended, dtype=torch.bool, device=device)  # [B, Qb, S]
     mask[:, :n, :first + n] = allowed
-    pad = torch.arange(n, size)
+    pad = torch.arange(n, size, device=device)
     mask[:, pad, first + pad] = True  # a padding column sees itself only (its output is dropped)
-    additive = torch.zeros(mask.shape, dtype=engine.dtype).masked_fill_(~mask, torch.finfo(engine.dtype).min)
+    additive = torch.zeros(mask.shape, dtype=engine.dtype, device=device).masked_fill_(
+        ~mask, torch.finfo(engine.dtype).min)
     if size != n:
         x = torch.cat([x, x.new_zeros(b, size - n, h)], dim=1)  # [B, Qb, H]
         positions = torch.cat([positions, positions[:, -1:].expand(b, size - n)], dim=1)
-    slots = torch.arange(first, first + size)
-    hidden = engine.forward(x, positions.to(device), slots.to(device), additive[:, None].to(device), kv)
+    slots = torch.arange(first, first + size, device=device)
+    hidden = engine.forward(x, positions, slots, additive[:, None], kv)
     return hidden[:, :, :n]  # [L+1, B, n, H]

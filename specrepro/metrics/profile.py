@@ -169,6 +169,7 @@ class ProfileKey:
     prefill_sizes: tuple[int, ...] = PREFILL_SIZES  # prompt lengths whose prefill is timed
     compiled: bool = False  # the forwards ran through torch.compile (specrepro.compiled)
     batch: int = 1  # rows per forward: L_fp(n) is one forward over B rows × n tokens (a bench at --batch-size B)
+    engine: str = "transformers"  # which forward ran (``engine.engine_name``): the static-cache engine, or transformers'
 
     def __post_init__(self) -> None:  # (JSON gives lists back)
         object.__setattr__(self, "contexts", tuple(int(c) for c in self.contexts))
@@ -178,19 +179,24 @@ class ProfileKey:
     def here(cls, device: torch.device, target: str, draft: str | None, dtype: str,
              threads: int | None = None, context_tokens: int = 256, repeats: int = 5,
              contexts: Sequence[int] = LONG_CONTEXTS, prefill_sizes: Sequence[int] = PREFILL_SIZES,
-             compiled: bool = False, batch: int = 1) -> "ProfileKey":
+             compiled: bool = False, batch: int = 1, engine: str | None = None) -> "ProfileKey":
         import transformers
+
+        from ..engine import default_engine_label
+        engine = default_engine_label(compiled) if engine is None else engine
         return cls(device=device_key(device), target=target, draft=draft, dtype=dtype_name(dtype),
                    threads=threads or torch.get_num_threads(), torch=torch.__version__,
                    transformers=transformers.__version__, weights=weights_digest(target, draft),
                    context_tokens=context_tokens, repeats=repeats, contexts=tuple(contexts),
-                   prefill_sizes=tuple(prefill_sizes), compiled=compiled, batch=batch)
+                   prefill_sizes=tuple(prefill_sizes), compiled=compiled, batch=batch, engine=engine)
 
     def filename(self) -> str:
         """A readable, unique file name: the pair, dtype and threads, then a hash of the whole key."""
         fields = dataclasses.asdict(self)
         if fields["batch"] == 1:
             del fields["batch"]  # (a batch-1 key hashes as it did before batched profiles: cached files stay valid)
+        if fields["engine"] == "transformers":
+            del fields["engine"]  # (likewise a transformers-path key: profiles from before the engine stay valid)
         digest = hashlib.sha256(json.dumps(fields, sort_keys=True).encode()).hexdigest()[:12]
         pair = f"{self.target}__{self.draft or 'nodraft'}"
         return re.sub(r"[^A-Za-z0-9_.-]+", "-", f"{pair}__{self.dtype}__t{self.threads}__{digest}") + ".json"

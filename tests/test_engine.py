@@ -1,0 +1,114 @@
+"""The engine (specrepro.engine) against transformers' reference forward, its family, compilation and recompiles."""
+import pytest
+import torch
+from transformers import (LlamaConfig, LlamaForCausalLM, MistralConfig, MistralForCausalLM, Qwen2Config,
+                          Qwen2ForCausalLM, Qwen3Config, Qwen3ForCausalLM)
+
+from specrepro.autoregressive import autoregressive_generate
+from specrepro.config import DecodeConfig
+from specrepro.engine import Engine, attach, detach, engine_of, unsupported, warm
+from specrepro.kvcache import CachedModel
+from specrepro.models import tiny_model
+
+PROMPT = [3, 1, 4, 1, 5, 9, 2, 6, 5, 3, 5, 8, 9, 7, 9]
+SMALL = dict(vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
+             num_key_value_heads=2, max_position_embeddings=512)
+
+
+def family_member(name: str) -> torch.nn.Module:
+    torch.manual_seed(0)
+    config, cls = {
+        "llama3": (LlamaConfig(**SMALL, rope_parameters={"rope_type": "llama3", "rope_theta": 500000.0, "factor": 8.0,
+                                                          "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+                                                          "original_max_position_embeddings": 64}), LlamaForCausalLM),
+        "mistral": (MistralConfig(**SMALL, sliding_window=None), MistralForCausalLM),
+        "qwen2": (Qwen2Config(**SMALL), Qwen2ForCausalLM),
+        "qwen3": (Qwen3Config(**SMALL, head_dim=8), Qwen3ForCausalLM),
+    }[name]
+    return cls(config).eval().requires_grad_(False)
+
+
+def reference_rows(model, ids: list[int]) -> torch.Tensor:
+    with torch.inference_mode():
+        return model(torch.tensor([ids])).logits[0]  # [T, V]
+
+
+def engine_rows(model, ids: list[int], split: int) -> torch.Tensor:
+    """The engine's logits for every position of ids: a prefill of ``split`` tokens, then one token at a time."""
+    cm = CachedModel(model)
+    rows = [cm.logits_for(ids[:split], n_last=split)]
+    for t in range(split + 1, len(ids) + 1):
+        rows.append(cm.logits_for(ids[:t]))
+    cm.check()
+    return torch.cat(rows)
+
+
+@pytest.mark.parametrize("name", ["llama3", "mistral", "qwen2", "qwen3"])
+def test_the_family_matches_transformers(name):
+    model = family_member(name)
+    reference = reference_rows(model, PROMPT)
+    assert attach(model, compiled=False) is not None and unsupported(model) is None
+    torch.testing.assert_close(engine_rows(model, PROMPT, 6), reference, atol=1e-4, rtol=1e-4)
+    torch.testing.assert_close(reference_rows(model, PROMPT), reference, atol=0, rtol=0)  # its own path untouched
+
+
+def test_a_model_outside_the_family_stays_on_transformers():
+    model = family_member("mistral")
+    model.config.sliding_window = 4  # a window shorter than the context: not what the engine computes
+    assert "sliding window" in unsupported(model)
+    assert attach(model) is None and engine_of(model) is None and CachedModel(model).backend == "transformers"
+
+
+def test_engine_and_transformers_paths_agree_on_a_tree_and_detach():
+    model = tiny_model(vocab_size=64, seed=5)
+    assert CachedModel(model).backend.startswith("specrepro engine")
+    tokens, parents = torch.tensor([7, 8, 9, 10]), torch.tensor([-1, 0, 0, 2])
+    ours = CachedModel(model).logits_for_tree(PROMPT, tokens, parents, output_hidden=True)
+    detach(model)
+    theirs = CachedModel(model).logits_for_tree(PROMPT, tokens, parents, output_hidden=True)
+    for a, b in zip(ours, theirs):
+        torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.slow
+def test_the_offline_model_matches_transformers_in_fp32_and_rounds_like_it_in_bf16():
+    from specrepro.models import load_model
+    ids = list(range(100, 160))
+    exact = load_model("smollm2-135m-instruct", dtype="fp32", device="cpu", engine="transformers").model
+    reference = reference_rows(exact, ids).float()
+    ours = load_model("smollm2-135m-instruct", dtype="fp32", device="cpu").model
+    assert engine_of(ours) is not None
+    assert (engine_rows(ours, ids, 40).float() - reference).abs().max() <= 1e-4
+    # bf16: the engine's distance to the fp32 logits is transformers' own bf16 distance, up to rounding
+    theirs16 = load_model("smollm2-135m-instruct", dtype="bf16", device="cpu", engine="transformers").model
+    ours16 = load_model("smollm2-135m-instruct", dtype="bf16", device="cpu").model
+    err_theirs = (reference_rows(theirs16, ids).float() - reference).abs().mean()
+    err_ours = (engine_rows(ours16, ids, 40).float() - reference).abs().mean()
+    assert err_ours <= 1.5 * err_theirs, (err_ours, err_theirs)
+
+
+def test_compiled_engine_matches_eager_and_compiles_nothing_after_warm_up():
+    torch._dynamo.reset()
+    model = tiny_model(vocab_size=64, seed=6)
+    eager = autoregressive_generate(model, PROMPT, DecodeConfig(method="ar", max_new_tokens=6))
+    compiled = tiny_model(vocab_size=64, seed=6, engine="transformers")
+    engine = attach(compiled, compiled=True)
+    warm(engine, columns=(1, 16), slots=(256,))
+    frames = dict(torch._dynamo.utils.counters["stats"])
+    warmed = engine.compiles
+    out = autoregressive_generate(compiled, PROMPT, DecodeConfig(method="ar", max_new_tokens=6))
+    assert out.token_ids == eager.token_ids
+    assert engine.compiles == warmed == 4, engine.seen  # the stack and the head at Q = 1 and 16
+    assert dict(torch._dynamo.utils.counters["stats"]) == frames  # no new frame compiled after warm-up
+
+
+def test_deep_copies_and_casts_get_engines_of_their_own():
+    import copy
+    model = tiny_model(vocab_size=64, seed=7)
+    twin = copy.deepcopy(model)
+    with torch.no_grad():
+        twin.lm_head.weight.add_(1.0)
+    assert engine_of(twin) is not engine_of(model)
+    torch.testing.assert_close(engine_rows(twin, PROMPT, 4), reference_rows(twin, PROMPT), atol=1e-4, rtol=1e-4)
+    model.to(torch.float64)
+    assert engine_of(model).dtype == torch.float64 and isinstance(engine_of(model), Engine)
