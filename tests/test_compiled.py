@@ -16,10 +16,10 @@ pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def test_compiled_forward_matches_eager():
-    model = tiny_model(vocab_size=64, n_layers=2, hidden=32)
+    model = tiny_model(vocab_size=64, n_layers=2, hidden=32, engine="transformers")  # (the engine: test_engine.py)
     prompt, config = [1, 5, 9, 2, 7], DecodeConfig(method="ar", max_new_tokens=6)
     eager_tokens = autoregressive_generate(model, prompt, config).token_ids
-    eager_rows = CachedModel(model).logits_for(prompt + eager_tokens[:3])[-3:]  # [3, V]
+    eager_rows = CachedModel(model).logits_for(prompt + eager_tokens[:3], n_last=3)  # [3, V]
 
     assert compile_forward(model) is model and is_compiled(model)
     forward = model.forward
@@ -28,7 +28,7 @@ def test_compiled_forward_matches_eager():
     assert autoregressive_generate(model, prompt, config).token_ids == eager_tokens
     cm = CachedModel(model)
     cm.logits_for(prompt)
-    torch.testing.assert_close(cm.logits_for(prompt + eager_tokens[:3]), eager_rows, rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(cm.logits_for(prompt + eager_tokens[:3], n_last=3), eager_rows, rtol=1e-5, atol=1e-5)
     cm.check()
 
     eager_forward(model)

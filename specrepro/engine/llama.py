@@ -24,6 +24,7 @@ import torch
 import torch.nn.functional as F
 
 # transformers classes whose decoder layers this forward reproduces (checked against the reference in tests).
+PACKED = ("wqkv", "wo", "w_gate_up", "w_down")  # the weights prepacked for oneDNN on the CPU
 FAMILY = ("LlamaForCausalLM", "MistralForCausalLM", "Qwen2ForCausalLM", "Qwen3ForCausalLM", "LlamaModel")
 
 
@@ -137,7 +138,7 @@ class LlamaStack(torch.nn.Module):
                     stack.q_norm.append(attn.q_norm.weight)
                     stack.k_norm.append(attn.k_norm.weight)
             stack.norm = decoder.norm.weight
-        return stack.requires_grad_(False)
+        return stack  # (the norms are the model's own Parameters: their requires_grad stays the model's)
 
     def prepack(self) -> bool:
         """Reorder every weight once into oneDNN's blocked layout, for the eager CPU forward in bf16: eager
@@ -148,9 +149,13 @@ class LlamaStack(torch.nn.Module):
         if weight.device.type != "cpu" or weight.dtype != torch.bfloat16 or not torch.backends.mkldnn.is_available():
             return False
         pack = torch.ops.mkldnn._reorder_linear_weight
-        self.packed = {name: [pack(w.detach(), 1) for w in getattr(self, name)]
-                       for name in ("wqkv", "wo", "w_gate_up", "w_down")}
+        self.packed = {name: [pack(w.detach(), 1) for w in getattr(self, name)] for name in PACKED}
+        self._packed_versions = self._versions()
         return True
+
+    def _versions(self) -> tuple[int, ...]:
+        """The weights' in-place version counters: an optimizer step on the model (an online draft) bumps them."""
+        return tuple(w._version for name in PACKED for w in getattr(self, name))
 
     def _linear(self, x: torch.Tensor, name: str, i: int, bias: torch.Tensor | None = None) -> torch.Tensor:
         if self.packed is None:
@@ -160,6 +165,8 @@ class LlamaStack(torch.nn.Module):
     def forward(self, x: torch.Tensor, positions: torch.Tensor, slots: torch.Tensor, mask: torch.Tensor,
                 k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
         s = self.shape
+        if self.packed is not None and self._versions() != self._packed_versions:
+            self.prepack()  # the weights were trained in place since they were packed
         b, q_len, _ = x.shape
         attended = mask.shape[-1]  # S
         cos, sin = self.rotary(x, positions)  # [B, Q, D] each
@@ -205,12 +212,15 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Ten
 
 
 def _fuse(linears: list[torch.nn.Linear]) -> torch.nn.Parameter:
-    """One weight [sum(out), in] holding the linears' rows; each linear's weight becomes a view of its rows."""
+    """One weight [sum(out), in] holding the linears' rows; each linear's weight becomes a view of its rows.
+
+    The linears keep their Parameter objects (``.data`` is re-pointed, no second copy), so an optimizer that holds
+    them (an online draft's) trains the fused tensor the engine reads."""
     fused = torch.cat([m.weight.detach() for m in linears])  # [sum(out), in]
     start = 0
     for m in linears:
         rows = m.weight.shape[0]
-        m.weight = torch.nn.Parameter(fused[start:start + rows], requires_grad=False)  # a view: no second copy
+        m.weight.data = fused[start:start + rows]
         start += rows
     return torch.nn.Parameter(fused, requires_grad=False)
 
@@ -220,6 +230,6 @@ def _fuse_bias(linears: list[torch.nn.Linear]) -> torch.nn.Parameter:
     start = 0
     for m in linears:
         rows = m.bias.shape[0]
-        m.bias = torch.nn.Parameter(fused[start:start + rows], requires_grad=False)
+        m.bias.data = fused[start:start + rows]
         start += rows
     return torch.nn.Parameter(fused, requires_grad=False)

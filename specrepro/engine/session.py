@@ -62,8 +62,10 @@ def _chunk(engine: Engine, kv: StaticKV, x: torch.Tensor, positions: torch.Tenso
     device = x.device
     mask = torch.zeros(b, size, attended, dtype=torch.bool, device=device)  # [B, Qb, S]
     mask[:, :n, :first + n] = allowed
-    pad = torch.arange(n, size, device=device)
-    mask[:, pad, first + pad] = True  # a padding column sees itself only (its output is dropped)
+    # A padding column sees itself only (its output is dropped); built by comparison, not by an indexed write of a
+    # host scalar, which would wait for the device.
+    column = torch.arange(size, device=device)[:, None]  # [Qb, 1]
+    mask |= (column >= n) & (torch.arange(attended, device=device)[None, :] == column + first)  # [Qb, S]
     additive = torch.zeros(mask.shape, dtype=engine.dtype, device=device).masked_fill_(
         ~mask, torch.finfo(engine.dtype).min)
     if size != n:
