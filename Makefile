@@ -36,7 +36,7 @@ PEER_METHODS := llamacpp-ar,llamacpp-prompt-lookup
 venv: $(VENV)/.installed
 	$(if $(RAY),$(PY) -c "import ray" 2>/dev/null || $(PY) -m pip install -q -e '.[$(EXTRAS)]')
 	$(if $(PEERS),@$(PY) -c "import llama_cpp" 2>/dev/null || { t=$$SECONDS; \
-	  echo "make: installing the [peers] extra: llama-cpp-python, built from source unless pip has its wheel cached"; \
+	  echo "make: installing the [peers] extra: llama-cpp-python (built from source unless pip has its wheel cached)"; \
 	  CMAKE_ARGS="$${CMAKE_ARGS:-$(PEERS_CMAKE_ARGS)}" $(PY) -m pip install -q -e '.[$(EXTRAS)$(comma)peers]' && \
 	  echo "make: llama-cpp-python installed in $$(( (SECONDS - t) / 60 )) min $$(( (SECONDS - t) % 60 )) s"; })
 
