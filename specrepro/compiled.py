@@ -1,5 +1,10 @@
-"""A compiled forward (issue 23, item 4): the model's forward through ``torch.compile`` (inductor; C++ with gcc on
-the CPU), for every loop and method at once, since they all call the model through ``CachedModel``.
+"""A compiled forward (issue 23, item 4), for ``--compile``, bench's ``:compiled`` label and ``calibrate --compile``.
+
+Since issue 38 a model on the engine (``specrepro.engine``, the default for the Llama family) is compiled there: its
+bucketed graphs through inductor with freezing (``compile_forward`` re-attaches the engine compiled). What follows
+describes the other case, the transformers forward of a model outside the family (or ``--engine transformers``):
+the model's forward through ``torch.compile`` (inductor; C++ with gcc on the CPU), for every loop and method at
+once, since they all call the model through ``CachedModel``.
 
 Where a decode step's time goes on the 2-core AVX2 EPYC (fp32, torch profiler, 16 AR steps): the matrix products
 are 72% of it and run near MKL's small-M rate; the package's own wrapper and loop add about 3% over a bare
