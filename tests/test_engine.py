@@ -112,3 +112,22 @@ def test_deep_copies_and_casts_get_engines_of_their_own():
     torch.testing.assert_close(engine_rows(twin, PROMPT, 4), reference_rows(twin, PROMPT), atol=1e-4, rtol=1e-4)
     model.to(torch.float64)
     assert engine_of(model).dtype == torch.float64 and isinstance(engine_of(model), Engine)
+
+
+def test_prepacked_weights_follow_in_place_updates_of_the_model():
+    """An online draft's optimizer updates the model's own Parameters in place: the engine's prepacked bf16 weights
+    (stack and LM head) must follow, as a freshly built engine would."""
+    model = tiny_model(vocab_size=64, seed=8, dtype=torch.bfloat16)
+    engine_rows(model, PROMPT, 4)  # packed now (where oneDNN is available)
+    with torch.no_grad():
+        model.model.layers[0].self_attn.q_proj.weight.mul_(1.5)
+        model.model.layers[1].mlp.down_proj.weight.add_(0.01)
+        model.lm_head.weight.mul_(0.5)
+    updated = engine_rows(model, PROMPT, 4)
+    fresh = tiny_model(vocab_size=64, seed=8, dtype=torch.bfloat16, engine="transformers")
+    with torch.no_grad():
+        fresh.model.layers[0].self_attn.q_proj.weight.mul_(1.5)
+        fresh.model.layers[1].mlp.down_proj.weight.add_(0.01)
+        fresh.lm_head.weight.mul_(0.5)
+    attach(fresh, compiled=False)
+    torch.testing.assert_close(updated, engine_rows(fresh, PROMPT, 4), atol=0, rtol=0)

@@ -69,6 +69,21 @@ def unsupported(model: torch.nn.Module) -> str | None:
     return None
 
 
+def prepackable(weight: torch.Tensor) -> bool:
+    """Whether ``weight`` is worth prepacking for oneDNN: bf16 on a CPU that has it (see ``LlamaStack.prepack``)."""
+    return weight.device.type == "cpu" and weight.dtype == torch.bfloat16 and torch.backends.mkldnn.is_available()
+
+
+def prepack(weight: torch.Tensor) -> torch.Tensor:
+    """``weight`` [out, in] reordered once into oneDNN's blocked layout (any number of rows may use it)."""
+    return torch.ops.mkldnn._reorder_linear_weight(weight.detach(), 1)
+
+
+def packed_linear(x: torch.Tensor, packed: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
+    """``F.linear`` with a ``prepack``ed weight (bit for bit the same in bf16)."""
+    return torch.ops.mkldnn._linear_pointwise(x, packed, bias, "none", [], "")
+
+
 def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
     """transformers' LlamaRMSNorm: the mean square in fp32, the product in the input dtype."""
     dtype = x.dtype
@@ -108,6 +123,7 @@ class LlamaStack(torch.nn.Module):
         self.k_norm = torch.nn.ParameterList()
         self.norm = None  # final norm weight [H]
         self.packed: dict[str, list[torch.Tensor]] | None = None  # oneDNN-prepacked weights (``prepack``)
+        self.sources: list[torch.Tensor] = []  # the model's projection Parameters the fused weights view
 
     @classmethod
     def from_hf(cls, model: torch.nn.Module) -> "LlamaStack":
@@ -130,8 +146,10 @@ class LlamaStack(torch.nn.Module):
                 stack.mlp_norm.append(layer.post_attention_layernorm.weight)
                 stack.wqkv.append(_fuse([attn.q_proj, attn.k_proj, attn.v_proj]))
                 if attn.q_proj.bias is not None:
-                    stack.bqkv.append(_fuse_bias([attn.q_proj, attn.k_proj, attn.v_proj]))
+                    stack.bqkv.append(_fuse([attn.q_proj, attn.k_proj, attn.v_proj], "bias"))
                 stack.wo.append(attn.o_proj.weight)
+                stack.sources += [m.weight for m in (attn.q_proj, attn.k_proj, attn.v_proj, attn.o_proj,
+                                                     mlp.gate_proj, mlp.up_proj, mlp.down_proj)]
                 stack.w_gate_up.append(_fuse([mlp.gate_proj, mlp.up_proj]))
                 stack.w_down.append(mlp.down_proj.weight)
                 if shape.qk_norm:
@@ -145,22 +163,21 @@ class LlamaStack(torch.nn.Module):
         ``F.linear`` reorders its weight at every call (~45% of a decode step's GEMM time measured on a Zen 4 EPYC),
         which is what inductor's freezing does once when the forward is compiled. Same results bit for bit in bf16.
         Returns whether it packed (a CPU with oneDNN and a bf16 model)."""
-        weight = self.wqkv[0]
-        if weight.device.type != "cpu" or weight.dtype != torch.bfloat16 or not torch.backends.mkldnn.is_available():
+        if not prepackable(self.wqkv[0]):
             return False
-        pack = torch.ops.mkldnn._reorder_linear_weight
-        self.packed = {name: [pack(w.detach(), 1) for w in getattr(self, name)] for name in PACKED}
+        self.packed = {name: [prepack(w) for w in getattr(self, name)] for name in PACKED}
         self._packed_versions = self._versions()
         return True
 
     def _versions(self) -> tuple[int, ...]:
-        """The weights' in-place version counters: an optimizer step on the model (an online draft) bumps them."""
-        return tuple(w._version for name in PACKED for w in getattr(self, name))
+        """The version counters of the model's own projection Parameters, which an optimizer step on the model (an
+        online draft) bumps. (Not the fused tensors': a view set through ``.data`` counts its own versions.)"""
+        return tuple(w._version for w in self.sources)
 
     def _linear(self, x: torch.Tensor, name: str, i: int, bias: torch.Tensor | None = None) -> torch.Tensor:
         if self.packed is None:
             return F.linear(x, getattr(self, name)[i], bias)
-        return torch.ops.mkldnn._linear_pointwise(x, self.packed[name][i], bias, "none", [], "")
+        return packed_linear(x, self.packed[name][i], bias)
 
     def forward(self, x: torch.Tensor, positions: torch.Tensor, slots: torch.Tensor, mask: torch.Tensor,
                 k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
@@ -211,25 +228,15 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Ten
     return out.transpose(1, 2).reshape(b, q_len, h_q * d)
 
 
-def _fuse(linears: list[torch.nn.Linear]) -> torch.nn.Parameter:
-    """One weight [sum(out), in] holding the linears' rows; each linear's weight becomes a view of its rows.
+def _fuse(linears: list[torch.nn.Linear], attr: str = "weight") -> torch.nn.Parameter:
+    """One tensor [sum(out), …] holding the linears' ``attr`` (weight or bias) rows; each linear's becomes a view.
 
     The linears keep their Parameter objects (``.data`` is re-pointed, no second copy), so an optimizer that holds
     them (an online draft's) trains the fused tensor the engine reads."""
-    fused = torch.cat([m.weight.detach() for m in linears])  # [sum(out), in]
+    fused = torch.cat([getattr(m, attr).detach() for m in linears])  # [sum(out), …]
     start = 0
     for m in linears:
-        rows = m.weight.shape[0]
-        m.weight.data = fused[start:start + rows]
-        start += rows
-    return torch.nn.Parameter(fused, requires_grad=False)
-
-
-def _fuse_bias(linears: list[torch.nn.Linear]) -> torch.nn.Parameter:
-    fused = torch.cat([m.bias.detach() for m in linears])
-    start = 0
-    for m in linears:
-        rows = m.bias.shape[0]
-        m.bias.data = fused[start:start + rows]
+        rows = getattr(m, attr).shape[0]
+        getattr(m, attr).data = fused[start:start + rows]
         start += rows
     return torch.nn.Parameter(fused, requires_grad=False)

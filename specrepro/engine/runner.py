@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from .llama import LlamaStack, unsupported
+from .llama import LlamaStack, packed_linear, prepack, prepackable, unsupported
 
 BUCKETS = (1, 2, 4, 8, 16, 32, 64)  # columns per forward
 SLOT_BLOCK = 256  # attended slots are rounded up to a multiple of this
@@ -109,8 +109,7 @@ class Engine:
     device: torch.device
     dtype: torch.dtype
     compiled: bool
-    compiles: int = 0  # graphs compiled so far (one per new (B, Q, S) signature)
-    seen: set = field(default_factory=set)
+    seen: set = field(default_factory=set)  # the (stack | head, shapes) signatures called so far
     token_map: torch.Tensor | None = None  # [V] input id -> row of the embeddings (a reduced-vocabulary draft)
     kept_ids: torch.Tensor | None = None  # [V'] full-vocabulary id of each head row (a reduced-vocabulary draft)
     out_vocab: int | None = None  # V, when the head covers only kept_ids (the other logits are -inf)
@@ -188,11 +187,13 @@ class Engine:
             full = logits.new_full((b, r, self.out_vocab), float("-inf"))  # [B, R, V]
             return full.index_copy_(-1, self.kept_ids, logits)
 
+    @property
+    def compiles(self) -> int:
+        """Graphs compiled so far: one per signature called, when compiled."""
+        return len(self.seen) if self.compiled else 0
+
     def _count(self, key: tuple) -> None:
-        if key not in self.seen:
-            self.seen.add(key)
-            if self.compiled:
-                self.compiles += 1
+        self.seen.add(key)
 
 
 @dataclass(frozen=True)
@@ -211,16 +212,17 @@ class _Head(torch.nn.Module):
         self.packed = None
 
     def prepack(self) -> bool:
-        w = self.weight
-        if w.device.type != "cpu" or w.dtype != torch.bfloat16 or not torch.backends.mkldnn.is_available():
+        if not prepackable(self.weight):
             return False
-        self.packed = torch.ops.mkldnn._reorder_linear_weight(w.detach(), 1)
+        self.packed, self._packed_version = prepack(self.weight), self.weight._version
         return True
 
     def forward(self, hidden: torch.Tensor) -> torch.Tensor:
         if self.packed is None:
             return torch.nn.functional.linear(hidden, self.weight)
-        return torch.ops.mkldnn._linear_pointwise(hidden, self.packed, None, "none", [], "")
+        if self.weight._version != self._packed_version:  # (it shares the LM head's counter: an online draft's
+            self.prepack()  # update is seen here)
+        return packed_linear(hidden, self.packed)
 
 
 def warm(engine: Engine, batches: tuple[int, ...] = (1,), columns: tuple[int, ...] = BUCKETS,
