@@ -53,9 +53,11 @@ def add_decode_args(p: argparse.ArgumentParser) -> None:
 
 def add_engine_flag(p: argparse.ArgumentParser) -> None:
     p.add_argument("--engine", choices=ENGINES, default=None, dest="forward_engine",
-                   help="specrepro (default: the static-cache engine, specrepro.engine, for the Llama family; any other "
-                        "model runs on transformers and its records say so) or transformers (transformers' own "
-                        "forward, the reference path)")
+                   help="specrepro (default: the static-cache engine, specrepro.engine, for the Llama family, holding "
+                        "weights that lie on a 4-bit grid, as the offline model's Q4_1 ones, as 4-bit integers on a "
+                        "bf16 CPU; any other model runs on transformers and its records say so), specrepro-dense (the "
+                        "same engine with dense weights) or transformers (transformers' own forward, the reference "
+                        "path)")
 
 
 def sampling_from(args: argparse.Namespace) -> SamplingConfig:

@@ -261,10 +261,10 @@ class BatchCache:
             drop_last(self.cache, self.n_slots - longest)
 
     def layer_entries(self) -> list[tuple[torch.Tensor, torch.Tensor]]:
-        """Each layer's keys and values over the S slots, [B, Hkv, S, D] (views), whichever cache holds them."""
+        """Each layer's keys and values over the S slots, [B, Hkv, S, D] in the model's dtype, whichever cache holds
+        them."""
         if self.engine is not None:
-            s = self._slots
-            return [(self.kv.k[i, :, :, :s], self.kv.v[i, :, :, :s]) for i in range(self.kv.k.shape[0])]
+            return self.kv.entries(self._slots, self.engine.dtype)
         return [(layer.keys, layer.values) for layer in self.cache.layers if layer.is_initialized]
 
     def check(self) -> None:

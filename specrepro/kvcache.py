@@ -319,11 +319,10 @@ class CachedModel:
             raise ValueError(f"tree attention needs plain full-attention cache layers, this cache has {sorted(odd)}")
 
     def layer_entries(self) -> list[tuple[torch.Tensor | None, torch.Tensor | None]]:
-        """Each layer's committed keys and values [1, Hkv, len(ids), D] (views; None for a layer that holds none),
-        for beams, which run on transformers' cache (``BeamCache``)."""
-        n = len(self.ids)
+        """Each layer's committed keys and values [1, Hkv, len(ids), D] in the model's dtype (None for a layer that
+        holds none), for beams, which run on transformers' cache (``BeamCache``)."""
         if self.engine is not None:
-            return [(self.kv.k[i, :, :, :n], self.kv.v[i, :, :, :n]) for i in range(self.kv.k.shape[0])]
+            return self.kv.entries(len(self.ids), self.engine.dtype)
         return [(layer.keys, layer.values) if layer.is_initialized else (None, None) for layer in self.cache.layers]
 
     def check(self) -> None:

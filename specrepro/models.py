@@ -279,8 +279,8 @@ def load_model(name: str, dtype: str | torch.dtype | None = None, device: str | 
         except (OSError, ValueError) as err:
             raise _unknown(name, err) from None
         model.to(device).eval().requires_grad_(False)
-    if engine == "specrepro":
-        attach(model)
+    if engine != "transformers":
+        attach(model, four_bit=engine == "specrepro")
     return LoadedModel(name=name, model=model, tokenizer=tokenizer)
 
 
@@ -317,8 +317,14 @@ def layer_skip_draft(target: torch.nn.Module, k: int) -> torch.nn.Module:
     draft.model = inner
     draft.config = config
     if engine_of(target) is not None:
-        attach(draft)
+        attach(draft, four_bit=engine_of(target).four_bit)
     return draft
+
+
+def _engine_choice(model: torch.nn.Module) -> str:
+    """The ``--engine`` choice that ``model`` was loaded with (its draft is loaded the same way)."""
+    engine = engine_of(model)
+    return "transformers" if engine is None else "specrepro" if engine.four_bit else "specrepro-dense"
 
 
 def load_draft(name: str, target: LoadedModel, dtype: str | torch.dtype | None = None) -> LoadedModel:
@@ -332,7 +338,7 @@ def load_draft(name: str, target: LoadedModel, dtype: str | torch.dtype | None =
     else:
         device = next(target.model.parameters()).device
         draft = load_model(name, dtype=dtype if dtype is not None else next(target.model.parameters()).dtype,
-                           device=device, engine="specrepro" if engine_of(target.model) is not None else "transformers")
+                           device=device, engine=_engine_choice(target.model))
     check_pair(draft, target)
     return draft
 
@@ -408,8 +414,8 @@ def tiny_model(vocab_size: int = 64, n_layers: int = 2, hidden: int = 32, seed: 
     with torch.no_grad():
         model.lm_head.weight.mul_(20.0)
     model = model.to(dtype).eval().requires_grad_(False)
-    if engine == "specrepro":
-        attach(model)
+    if engine != "transformers":
+        attach(model, four_bit=engine == "specrepro")
     return model
 
 

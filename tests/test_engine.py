@@ -85,6 +85,8 @@ def test_the_offline_model_matches_transformers_in_fp32_and_rounds_like_it_in_bf
     err_theirs = (reference_rows(theirs16, ids).float() - reference).abs().mean()
     err_ours = (engine_rows(ours16, ids, 40).float() - reference).abs().mean()
     assert err_ours <= 1.5 * err_theirs, (err_ours, err_theirs)
+    if torch.backends.mkldnn.is_available():  # its Q4_1 weights are held as the GGUF's 4-bit integers
+        assert engine_of(ours16).stack.four_bit_share == 1
 
 
 def test_compiled_engine_matches_eager_and_compiles_nothing_after_warm_up():
@@ -131,3 +133,54 @@ def test_prepacked_weights_follow_in_place_updates_of_the_model():
         fresh.lm_head.weight.mul_(0.5)
     attach(fresh, compiled=False)
     torch.testing.assert_close(updated, engine_rows(fresh, PROMPT, 4), atol=0, rtol=0)
+
+
+def snapped_to_4bit(model: torch.nn.Module) -> torch.nn.Module:
+    """``model`` with every projection weight moved onto a 4-bit grid per 32 inputs, as a GGUF's Q4_1 weights lie."""
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if p.dim() == 2 and "proj" in name:
+                n, k = p.shape
+                blocks = p.float().view(n, k // 32, 32)
+                low = blocks.amin(-1, keepdim=True)
+                step = (blocks.amax(-1, keepdim=True) - low) / 15
+                p.copy_((low + step * ((blocks - low) / step).round()).view(n, k))
+    return model
+
+
+@pytest.mark.skipif(not torch.backends.mkldnn.is_available(), reason="the 4-bit kernel is torch's CPU one")
+def test_weights_on_a_4bit_grid_are_held_as_4bit_integers_and_others_stay_dense():
+    from specrepro.engine.llama import q4_pack
+    torch.manual_seed(0)
+    dense = torch.randn(64, 64).bfloat16()
+    assert q4_pack(dense) is None  # off the grid by up to a 30th of a block's range
+    assert q4_pack(dense.float()) is None  # fp32: the int4 kernel is for bf16 activations
+    grid = snapped_to_4bit(torch.nn.ModuleDict({"proj": torch.nn.Linear(64, 64, bias=False)})).proj.weight
+    grid = grid.detach().bfloat16()
+    packed = q4_pack(grid)
+    assert packed is not None
+    x = torch.randn(3, 5, 64).bfloat16()
+    torch.testing.assert_close(packed.linear(x).float(), torch.nn.functional.linear(x, grid).float(),
+                               atol=0.05, rtol=2 ** -6)  # bf16 rounding of the scales and the outputs
+
+    # a model on the grid runs 4-bit, close to its dense engine; an update off the grid repacks it dense
+    model = attach_fresh(snapped_to_4bit(tiny_model(vocab_size=64, seed=3, dtype=torch.bfloat16,
+                                                   engine="transformers")))
+    assert engine_of(model).stack.four_bit_share == 1 and "4-bit weights" in engine_of(model).name
+    dense_engine = attach_fresh(snapped_to_4bit(tiny_model(vocab_size=64, seed=3, dtype=torch.bfloat16,
+                                                          engine="transformers")), four_bit=False)
+    assert engine_of(dense_engine).stack.four_bit_share == 0
+    torch.testing.assert_close(engine_rows(model, PROMPT, 4).float(), engine_rows(dense_engine, PROMPT, 4).float(),
+                               atol=0.1, rtol=0.02)
+    fresh = snapped_to_4bit(tiny_model(vocab_size=64, seed=3, dtype=torch.bfloat16, engine="transformers"))
+    with torch.no_grad():
+        for m in (model, fresh):
+            m.model.layers[0].self_attn.q_proj.weight.add_(0.001 * torch.arange(32.0).bfloat16())
+    attach_fresh(fresh)
+    torch.testing.assert_close(engine_rows(model, PROMPT, 4), engine_rows(fresh, PROMPT, 4), atol=0, rtol=0)
+    assert engine_of(model).stack.four_bit_share == engine_of(fresh).stack.four_bit_share == 7 / 8
+
+
+def attach_fresh(model: torch.nn.Module, four_bit: bool = True) -> torch.nn.Module:
+    attach(model, compiled=False, four_bit=four_bit)
+    return model

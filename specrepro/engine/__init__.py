@@ -13,7 +13,9 @@ import torch
 from .llama import FAMILY, LlamaStack, unsupported
 from .runner import BUCKETS, SLOT_BLOCK, Engine, Rebuild, StaticKV, bucket, compile_enabled, warm
 
-ENGINES = ("specrepro", "transformers")  # --engine: the static-cache engine, or transformers' forward
+# --engine: the static-cache engine (weights on a 4-bit grid, as a GGUF's Q4_1, held as 4-bit integers on a bf16 CPU),
+# the same engine with every weight dense, or transformers' forward
+ENGINES = ("specrepro", "specrepro-dense", "transformers")
 ENV = "SPECREPRO_ENGINE"  # the process-wide choice (``--engine`` sets it; notebooks and subprocesses inherit it)
 ATTR = "specrepro_engine"  # the attribute of a model that holds its engine
 
@@ -21,19 +23,22 @@ __all__ = ["BUCKETS", "ENGINES", "FAMILY", "SLOT_BLOCK", "Engine", "LlamaStack",
            "default_engine", "default_engine_label", "detach", "engine_name", "engine_of", "unsupported", "warm"]
 
 
-def attach(model: torch.nn.Module, compiled: bool | None = None) -> Engine | None:
+def attach(model: torch.nn.Module, compiled: bool | None = None, four_bit: bool | None = None) -> Engine | None:
     """Build ``model``'s engine and hang it on the model (None, and nothing hung, for a model outside the family).
-    A reduced-vocabulary draft (``draft_model.ReducedVocabDraft``) runs its inner Llama with its reduced head."""
+    A reduced-vocabulary draft (``draft_model.ReducedVocabDraft``) runs its inner Llama with its reduced head.
+    ``four_bit`` None: unless ``$SPECREPRO_ENGINE`` is "specrepro-dense"."""
+    if four_bit is None:
+        four_bit = default_engine() != "specrepro-dense"
     if engine_of(model) is not None:
         return engine_of(model)
     inner = getattr(model, "reduced_engine_parts", None)
     if inner is not None:
         decoder, head, token_map, kept_ids, vocab = inner()
-        engine = Engine.build(decoder, head_weight=head, compiled=compiled)
+        engine = Engine.build(decoder, head_weight=head, compiled=compiled, four_bit=four_bit)
         if engine is not None:
             engine.token_map, engine.kept_ids, engine.out_vocab = token_map, kept_ids, vocab
     else:
-        engine = Engine.build(model, compiled=compiled)
+        engine = Engine.build(model, compiled=compiled, four_bit=four_bit)
     if engine is not None:
         object.__setattr__(model, ATTR, engine)  # a plain attribute: not a submodule, not in the state dict
     return engine
@@ -48,12 +53,12 @@ def default_engine() -> str:
 
 
 def default_engine_label(compiled: bool = False) -> str:
-    """The engine a run uses, as its records and device profiles name it ("specrepro", "specrepro:compiled" or
-    "transformers")."""
+    """The engine a run uses, as its records and device profiles name it ("specrepro:4bit", "specrepro",
+    "specrepro:compiled" or "transformers"; "specrepro" is the dense engine, as before 4-bit weights)."""
     engine = default_engine()
-    if engine == "specrepro" and (compiled or compile_enabled()):
-        return "specrepro:compiled"
-    return engine
+    if engine != "transformers" and (compiled or compile_enabled()):
+        return "specrepro:compiled"  # (compiled graphs read the dense weights)
+    return {"specrepro": "specrepro:4bit", "specrepro-dense": "specrepro"}.get(engine, engine)
 
 
 def detach(model: torch.nn.Module) -> None:
@@ -66,10 +71,10 @@ def engine_of(model: torch.nn.Module) -> Engine | None:
     if isinstance(engine, Engine):
         param = next(model.parameters())
         if (param.dtype, param.device) != (engine.dtype, engine.device):  # the model was moved or cast since
-            engine = Rebuild(engine.compiled)
+            engine = Rebuild(engine.compiled, engine.four_bit)
     if isinstance(engine, Rebuild):  # a deep copy of a model on the engine: its engine is built on first use
         object.__delattr__(model, ATTR)
-        return attach(model, compiled=engine.compiled)
+        return attach(model, compiled=engine.compiled, four_bit=engine.four_bit)
     return engine
 
 

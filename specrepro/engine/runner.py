@@ -26,7 +26,8 @@ import torch
 from .llama import LlamaStack, packed_linear, prepack, prepackable, unsupported
 
 BUCKETS = (1, 2, 4, 8, 16, 32, 64)  # columns per forward
-SLOT_BLOCK = 256  # attended slots are rounded up to a multiple of this
+SLOT_BLOCK = 256  # attended slots are rounded up to a multiple of this (compiled), and capacity grows by it
+EAGER_SLOTS = 32  # the same for the eager forward, which takes any shape
 RECOMPILE_LIMIT = 256  # graphs per compiled module: columns x slot blocks x batch sizes
 
 
@@ -79,6 +80,11 @@ class StaticKV:
         for t in (self.k, self.v):
             t[:, rows, :, dst] = t[:, rows, :, src]  # [L, K, Hkv, D] (the right side is a copy)
 
+    def entries(self, slots: int, dtype: torch.dtype) -> list[tuple[torch.Tensor, torch.Tensor]]:
+        """Each layer's keys and values over slots [0, slots), [B, Hkv, slots, D], in ``dtype`` (views where the
+        cache holds that dtype, copies where it is fp32 for a bf16 model): transformers' cache takes them."""
+        return [(self.k[i, :, :, :slots].to(dtype), self.v[i, :, :, :slots].to(dtype)) for i in range(self.k.shape[0])]
+
     def select(self, rows: torch.Tensor) -> None:
         """Keep the rows ``rows`` (finished rows of a batch leave)."""
         self.k, self.v = self.k[:, rows].contiguous(), self.v[:, rows].contiguous()
@@ -109,6 +115,7 @@ class Engine:
     device: torch.device
     dtype: torch.dtype
     compiled: bool
+    four_bit: bool = True  # hold weights that lie on a 4-bit grid as 4-bit integers (eager, bf16, CPU; ``q4_pack``)
     seen: set = field(default_factory=set)  # the (stack | head, shapes) signatures called so far
     token_map: torch.Tensor | None = None  # [V] input id -> row of the embeddings (a reduced-vocabulary draft)
     kept_ids: torch.Tensor | None = None  # [V'] full-vocabulary id of each head row (a reduced-vocabulary draft)
@@ -116,7 +123,7 @@ class Engine:
 
     @classmethod
     def build(cls, model: torch.nn.Module, head_weight: torch.Tensor | None = None,
-              compiled: bool | None = None) -> "Engine | None":
+              compiled: bool | None = None, four_bit: bool = True) -> "Engine | None":
         if unsupported(model) is not None:
             return None
         stack = LlamaStack.from_hf(model)
@@ -124,14 +131,18 @@ class Engine:
             head_weight = model.get_output_embeddings().weight
         param = next(model.parameters())
         engine = cls(model=model, stack=stack, head_weight=head_weight.detach(), device=param.device,
-                     dtype=param.dtype, compiled=compile_enabled() if compiled is None else compiled)
+                     dtype=param.dtype, compiled=compile_enabled() if compiled is None else compiled,
+                     four_bit=four_bit)
         engine._stack_fn = engine._make(stack)
         engine._head_fn = engine._make(_Head(engine.head_weight))
         return engine
 
     def _make(self, module: torch.nn.Module):
         if not self.compiled:
-            module.prepack()
+            if isinstance(module, LlamaStack):
+                module.prepack(self.four_bit)
+            else:
+                module.prepack()
             return module
         from ..cache import inductor_cache
         inductor_cache()
@@ -150,14 +161,32 @@ class Engine:
     def __deepcopy__(self, memo) -> "Rebuild":
         # A deep copy of the model (a test's perturbed draft, say) must not share this engine's fused tensors, and
         # torch's deepcopy does not keep views of one storage shared: the copy builds its own engine on first use.
-        return Rebuild(self.compiled)
+        return Rebuild(self.compiled, self.four_bit)
 
     @property
     def name(self) -> str:
-        return f"specrepro engine ({'compiled' if self.compiled else 'eager'})"
+        share = self.stack.four_bit_share
+        weights = "" if share == 0 else ", 4-bit weights" if share == 1 else f", {share:.0%} of weights 4-bit"
+        return f"specrepro engine ({'compiled' if self.compiled else 'eager'}{weights})"
+
+    def columns(self, n: int) -> int:
+        """Columns a forward of n runs: its bucket when compiled (a handful of graphs), n itself when eager (a
+        padded column costs a GEMM row, and the 4-bit kernel's cost grows with rows)."""
+        return bucket(n) if self.compiled else n
+
+    def attended(self, slots: int) -> int:
+        """Slots a forward attends over (S): a multiple of ``SLOT_BLOCK`` when compiled, of ``EAGER_SLOTS`` when eager
+        (attention reads every attended slot: 257 slots cost half of 512's)."""
+        return _round(slots) if self.compiled else -(-slots // EAGER_SLOTS) * EAGER_SLOTS
 
     def new_cache(self, batch: int, capacity: int) -> StaticKV:
-        return StaticKV(self.stack, batch, capacity, self.dtype, self.device)
+        return StaticKV(self.stack, batch, capacity, self.kv_dtype, self.device)
+
+    @property
+    def kv_dtype(self) -> torch.dtype:
+        """The cache's dtype: fp32 for a bf16 model on the CPU, whose attention products are then ~3x cheaper
+        (oneDNN's bf16 batched products of these shapes are call-bound), else the model's."""
+        return torch.float32 if self.device.type == "cpu" and self.dtype == torch.bfloat16 else self.dtype
 
     def embed(self, ids: torch.Tensor) -> torch.Tensor:
         """ids [B, Q] -> input embeddings [B, Q, H]."""
@@ -176,7 +205,7 @@ class Engine:
     def logits(self, hidden: torch.Tensor) -> torch.Tensor:
         """hidden [B, R, H] final-norm rows -> logits [B, R, V'] (R padded to a bucket inside)."""
         b, r, _ = hidden.shape
-        size = bucket(r)
+        size = self.columns(r)
         if size != r:
             hidden = torch.cat([hidden, hidden.new_zeros(b, size - r, hidden.shape[-1])], dim=1)
         self._count(("head", b, size))
@@ -201,6 +230,7 @@ class Rebuild:
     """What a deep copy of a model holds in place of its engine (``engine_of`` builds the copy's own)."""
 
     compiled: bool
+    four_bit: bool = True
 
 
 class _Head(torch.nn.Module):

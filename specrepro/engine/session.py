@@ -57,8 +57,8 @@ def _chunk(engine: Engine, kv: StaticKV, x: torch.Tensor, positions: torch.Tenso
            first: int) -> torch.Tensor:
     """One bucket, on the device: columns written at slots first, first + 1, …; allowed [B, n, first + n]."""
     b, n, h = x.shape
-    size = bucket(n)
-    attended = _round(first + size)
+    size = engine.columns(n)
+    attended = engine.attended(first + size)
     device = x.device
     mask = torch.zeros(b, size, attended, dtype=torch.bool, device=device)  # [B, Qb, S]
     mask[:, :n, :first + n] = allowed
