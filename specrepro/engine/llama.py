@@ -26,6 +26,9 @@ import torch.nn.functional as F
 # transformers classes whose decoder layers this forward reproduces (checked against the reference in tests).
 PACKED = ("wqkv", "wo", "w_gate_up", "w_down")  # the weights prepacked for oneDNN (or as 4-bit integers) on the CPU
 Q4_GROUP = 32  # inputs per 4-bit group: a GGUF Q4_1 block
+# Row counts that the 4-bit kernel runs faster as two calls: it has a path for at most 4 rows, about 2x cheaper per
+# row than its general one (the 120 GEMMs of a step on the Zen 4 EPYC: 7.7 ms at 4 rows, 13.9 ms at 5 or 6, 14.1 at 8)
+Q4_SPLIT = {5: 4, 6: 4}
 FAMILY = ("LlamaForCausalLM", "MistralForCausalLM", "Qwen2ForCausalLM", "Qwen3ForCausalLM", "LlamaModel")
 
 
@@ -100,9 +103,15 @@ class Q4:
 
     def linear(self, x: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
         rows = x.reshape(-1, x.shape[-1])  # [B·Q, K]
-        y = torch.ops.aten._weight_int4pack_mm_for_cpu(rows, self.packed, Q4_GROUP, self.scales_zeros)
+        if len(rows) in Q4_SPLIT:  # (each row's output is the same bit for bit, whatever the rows beside it)
+            y = torch.cat([self._mm(rows[:Q4_SPLIT[len(rows)]]), self._mm(rows[Q4_SPLIT[len(rows)]:])])
+        else:
+            y = self._mm(rows)
         y = y.view(*x.shape[:-1], self.out_features)
         return y if bias is None else y + bias
+
+    def _mm(self, rows: torch.Tensor) -> torch.Tensor:
+        return torch.ops.aten._weight_int4pack_mm_for_cpu(rows, self.packed, Q4_GROUP, self.scales_zeros)
 
 
 def q4_pack(weight: torch.Tensor) -> Q4 | None:
