@@ -162,6 +162,10 @@ def test_weights_on_a_4bit_grid_are_held_as_4bit_integers_and_others_stay_dense(
     x = torch.randn(3, 5, 64).bfloat16()
     torch.testing.assert_close(packed.linear(x).float(), torch.nn.functional.linear(x, grid).float(),
                                atol=0.05, rtol=2 ** -6)  # bf16 rounding of the scales and the outputs
+    rows = x.view(15, 64)  # a row's output is the same bit for bit whatever the rows beside it (1 to 8 of them)
+    one_by_one = torch.cat([packed.linear(rows[i:i + 1]) for i in range(15)])
+    for m in range(1, 9):
+        assert torch.equal(packed.linear(rows[:m]), one_by_one[:m]), m
 
     # a model on the grid runs 4-bit, close to its dense engine; an update off the grid repacks it dense
     model = attach_fresh(snapped_to_4bit(tiny_model(vocab_size=64, seed=3, dtype=torch.bfloat16,
