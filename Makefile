@@ -51,7 +51,7 @@ $(VENV)/.installed: pyproject.toml
 	touch $@
 
 models: venv
-	$(PY) -m specrepro.models prepare
+	$(PY) -m specrepro.engine.models prepare
 
 test: venv models
 	$(PY) -m pytest -q --durations=15 tests

@@ -28,8 +28,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-from specrepro import plots
-from specrepro.provenance import git_revision
+from specrepro.run import plots
+from specrepro.core.provenance import git_revision
 
 INDEX_NAME = "index.json"
 VERDICTS_STEM = "verdicts"  # figures/<notebook>/verdicts.csv: the claims that notebook decides
@@ -50,7 +50,7 @@ def find_root(start: Path | None = None) -> Path:
 
 
 def provenance(root: Path, **parameters) -> dict:
-    """Date, git revision (``specrepro.provenance.git_revision``, the package's one home of it), interpreter and
+    """Date, git revision (``specrepro.core.provenance.git_revision``, the package's one home of it), interpreter and
     library versions, and the notebook's parameters."""
     versions = {}
     for name in ("numpy", "scipy", "matplotlib"):

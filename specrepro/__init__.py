@@ -4,16 +4,17 @@ Notation: p = target model, q = draft model, γ = draft tokens per step, α = ac
 c = draft/target cost ratio, β = cost of verifying γ+1 tokens relative to decoding one.
 
 The names below load with their modules on first use (PEP 562), so that ``python -m specrepro`` starts without
-torch and a Ctrl-C while it loads is one line, not a traceback (``specrepro.cli``).
+torch and a Ctrl-C while it loads is one line, not a traceback (``specrepro.core.cli``).
 """
 from importlib import import_module
 
 _WHERE = {
     "greedy_match": "acceptance", "speculative_sampling": "acceptance",
-    "DecodeConfig": "config", "SamplingConfig": "config",
-    "encode_prompt": "generate", "generate": "generate", "generate_ids": "generate",
-    "LoadedModel": "models", "check_pair": "models", "load_draft": "models", "load_model": "models",
-    "GenerationRecord": "record",
+    "DecodeConfig": "core.config", "SamplingConfig": "core.config",
+    "encode_prompt": "run.generate", "generate": "run.generate", "generate_ids": "run.generate",
+    "LoadedModel": "engine.models", "check_pair": "engine.models", "load_draft": "engine.models",
+    "load_model": "engine.models",
+    "GenerationRecord": "core.record",
 }
 __all__ = [
     "DecodeConfig", "SamplingConfig", "GenerationRecord", "LoadedModel",

@@ -7,5 +7,5 @@ from __future__ import annotations
 from .training.draft import main
 
 if __name__ == "__main__":
-    from .cli import run_main
+    from .core.cli import run_main
     run_main(lambda: main(prog="python -m specrepro.distill"), "python -m specrepro.distill")

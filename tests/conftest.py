@@ -7,7 +7,7 @@ import torch
 # compiling than running; subprocesses inherit it): tests/test_engine.py compiles on purpose.
 os.environ.setdefault("SPECREPRO_ENGINE_COMPILE", "0")
 
-from specrepro.models import tiny_model
+from specrepro.engine.models import tiny_model
 
 
 @pytest.fixture(scope="session")
@@ -42,7 +42,7 @@ def _deterministic_threads():
 @pytest.fixture(scope="module")
 def bench_pair():
     """The benches' tiny pair: a 32-token target and its first layer as the draft (``layers:1``)."""
-    from specrepro.models import LoadedModel, layer_skip_draft
+    from specrepro.engine.models import LoadedModel, layer_skip_draft
     target = LoadedModel("tiny", tiny_model(vocab_size=32, n_layers=2, hidden=16, seed=0), None)
     return target, LoadedModel("layers:1", layer_skip_draft(target.model, 1), None)
 

@@ -8,8 +8,8 @@ import torch
 from scipy.optimize import minimize
 
 from specrepro.metrics.profile import Latency, Profile, ProfileKey
-from specrepro.models import LoadedModel, tiny_model
-from specrepro.warping import sample
+from specrepro.engine.models import LoadedModel, tiny_model
+from specrepro.core.warping import sample
 
 # --- the χ² loop tests' tiny world
 
@@ -103,7 +103,7 @@ def check_cache(p_model, drafter, ids) -> None:
 
 def tiny_bench_config(table_path: str, **changes):
     """A bench (give ``methods``) on the tiny pair: 8 tokens, γ = 3, one repeat, two cost rounds, a 2-token warm-up."""
-    from specrepro.bench import BenchConfig
+    from specrepro.run.bench import BenchConfig
     base = dict(target="tiny", draft="layers:1", prompts="test", max_new_tokens=8, gamma=3,
                 repeats=1, ngram_table=table_path, warmup_tokens=2, cost_repeats=2)
     return BenchConfig(**{**base, **changes})
@@ -111,6 +111,6 @@ def tiny_bench_config(table_path: str, **changes):
 
 def run_tiny_bench(config, out, pair, prompts, **kw):
     """``run_bench`` of ``config`` into ``out`` on the tiny ``pair`` (target, draft) and ``prompts``, quietly."""
-    from specrepro.bench import run_bench
+    from specrepro.run.bench import run_bench
     target, draft = pair
     return run_bench(config, out, target=target, draft=draft, prompts=prompts, progress=False, **kw)

@@ -16,9 +16,9 @@ import torch
 from scipy import stats
 
 from specrepro.acceptance import TREE_RULES
-from specrepro.config import DecodeConfig, SamplingConfig
-from specrepro.speculative import speculative_generate
-from specrepro.warping import warp
+from specrepro.core.config import DecodeConfig, SamplingConfig
+from specrepro.decode.speculative import speculative_generate
+from specrepro.core.warping import warp
 from tests.helpers import PROMPT, V
 
 FALSE_ALARM = 1e-3  # per χ² test

@@ -151,7 +151,7 @@ def test_an_executed_notebook_shows_each_figure_once_and_each_table_rendered(tmp
     params = nbformat.v4.new_code_cell("out_root = None")
     params.metadata["tags"] = ["parameters"]
     body = (f"import sys; sys.path[:0] = [{str(ROOT)!r}, {str(ROOT / 'notebooks')!r}]\n"
-            "import matplotlib.pyplot as plt\nfrom artifacts import Artifacts\nfrom specrepro import plots\n"
+            "import matplotlib.pyplot as plt\nfrom artifacts import Artifacts\nfrom specrepro.run import plots\n"
             "art = Artifacts('toy', out_root)\n"
             "fig, ax = plots.figure(width=3, height=2)\nax.plot([0, 1], [0, 1])\n"
             "plots.title(ax, plots.THEORY, 'a line')\n"

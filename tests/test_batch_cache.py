@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 import torch
 
-from specrepro.batch_cache import BatchCache
-from specrepro.kvcache import CachedModel
-from specrepro.tree import root_path
+from specrepro.core.batch_cache import BatchCache
+from specrepro.core.kvcache import CachedModel
+from specrepro.core.tree import root_path
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 EMPTY = (torch.empty(0, dtype=torch.long), torch.empty(0, dtype=torch.long))

@@ -7,16 +7,16 @@ import numpy as np
 import pytest
 import torch
 
-from specrepro.autoregressive import autoregressive_generate
-from specrepro.batched import batched_autoregressive, batched_generate
-from specrepro.config import DecodeConfig, SamplingConfig
-from specrepro.draft_model import draft_from_target
+from specrepro.decode.autoregressive import autoregressive_generate
+from specrepro.decode.batched import batched_autoregressive, batched_generate
+from specrepro.core.config import DecodeConfig, SamplingConfig
+from specrepro.engine.draft_model import draft_from_target
 from specrepro.drafters import LMDrafter, PromptLookupDrafter
 from specrepro.drafters.lm_tree import MultiDraftDrafter
 from specrepro.drafters.medusa import MedusaConfig, MedusaDrafter, MedusaHeads
 from specrepro.drafters.ngram import NGramDrafter, fit_ngram
-from specrepro.speculative import speculative_generate
-from specrepro.warping import sample
+from specrepro.decode.speculative import speculative_generate
+from specrepro.core.warping import sample
 from tests.helpers import PROMPT, V, v8_model
 from tests.stats import FALSE_ALARM, RUNS, chi2_pvalue, exact_first_two
 
@@ -220,7 +220,7 @@ def test_bad_batch_inputs_get_one_clear_error(tiny_pair_64):
 def test_generate_batch_gives_each_prompt_its_batch_1_record(tiny_pair_64, name):
     """``generate_batch`` (the command line's --batch-size) through the registry: each prompt's tokens are those of
     ``generate_ids`` on it alone, at T = 1 too; its record says the batch it ran in."""
-    from specrepro.generate import generate_batch, generate_ids
+    from specrepro.run.generate import generate_batch, generate_ids
     from tests.helpers import loaded
     target, draft = tiny_pair_64
     config = DecodeConfig(method=name, max_new_tokens=10, gamma=3, sampling=SamplingConfig(temperature=1.0), seed=4)
@@ -232,7 +232,7 @@ def test_generate_batch_gives_each_prompt_its_batch_1_record(tiny_pair_64, name)
 
 
 def test_generate_batch_refuses_what_cannot_batch(tiny_pair_64):
-    from specrepro.generate import generate_batch
+    from specrepro.run.generate import generate_batch
     from tests.helpers import loaded
     target, _ = tiny_pair_64
     with pytest.raises(ValueError, match="'mjgd' cannot batch"):
@@ -242,7 +242,7 @@ def test_generate_batch_refuses_what_cannot_batch(tiny_pair_64):
 
 
 def test_generate_batch_size_flag_refuses_before_any_model_loads(capsys):
-    from specrepro.__main__ import main
+    from specrepro.run.commands import main
     assert main(["generate", "--prompt", "x", "--method", "mjgd", "--gamma", "2", "--batch-size", "2"]) == 2
     assert "'mjgd' cannot batch" in capsys.readouterr().err
     assert main(["generate", "--prompt", "x", "--method", "prompt-lookup", "--gamma", "auto", "--batch-size", "4"]) == 2
@@ -254,7 +254,7 @@ def test_which_methods_batch_derives_from_the_drafter_classes(tiny_pair_64):
     ``Drafter.batching``, through the class each method builds (``Method.drafter_type``, checked at every build):
     each batching method of the speculative loop builds a drafter of a class that declares it, the batched loop
     runs it, and every other method is refused by ``generate_batch`` at once. A subclass does not inherit it."""
-    from specrepro.generate import generate_batch
+    from specrepro.run.generate import generate_batch
     from specrepro.methods import BATCHING, REGISTRY, Loop
     from tests.helpers import loaded
     target, draft = tiny_pair_64

@@ -8,17 +8,17 @@ import pytest
 import torch
 
 from simulations.speculative import expected_tokens
-from specrepro.bench import (SUMMARY_COLUMNS, BenchConfig, BenchPrompt, ResumeMismatch, Variant, load_records,
+from specrepro.run.bench import (SUMMARY_COLUMNS, BenchConfig, BenchPrompt, ResumeMismatch, Variant, load_records,
                              predicted_speedup, read_summary, run_bench, target_corpus)
-from specrepro.bench_summary import predicted_from_steps
+from specrepro.run.bench_summary import predicted_from_steps
 from specrepro.methods import method
 from specrepro.metrics.profile import Profile
-from specrepro.config import DecodeConfig, SamplingConfig
-from specrepro.draft_model import draft_from_target
+from specrepro.core.config import DecodeConfig, SamplingConfig
+from specrepro.engine.draft_model import draft_from_target
 from specrepro.drafters import LMDrafter
-from specrepro.generate import generate_ids
-from specrepro.hf_baselines import as_assistant
-from specrepro.models import LoadedModel, layer_skip_draft, tiny_model
+from specrepro.run.generate import generate_ids
+from specrepro.run.hf_baselines import as_assistant
+from specrepro.engine.models import LoadedModel, layer_skip_draft, tiny_model
 
 METHODS = ("ar", "speculative", "prompt-lookup", "bigram", "hf-ar", "hf-assisted", "hf-prompt-lookup")
 
@@ -272,7 +272,7 @@ def test_target_corpus_is_what_the_target_generates(bench_pair):
 
 
 def test_cli_accepts_the_make_bench_arguments():
-    from specrepro.__main__ import build_parser
+    from specrepro.run.commands import build_parser
     args = build_parser().parse_args(
         "bench --methods ar,speculative,prompt-lookup,hf-assisted,hf-prompt-lookup --target smollm2-135m-instruct "
         "--draft smollm2-135m-draft --suite mixed --max-new-tokens 64 --temperature 0 --gamma 4 --repeats 1 "

@@ -6,8 +6,8 @@ import json
 
 import pytest
 
-from specrepro.bench import BenchConfig, BenchPrompt, load_records
-from specrepro.bench_summary import run_wall
+from specrepro.run.bench import BenchConfig, BenchPrompt, load_records
+from specrepro.run.bench_summary import run_wall
 from specrepro.drafters import PromptLookupDrafter
 from specrepro.metrics.profile import Profile
 
@@ -112,7 +112,7 @@ def test_what_cannot_batch_is_refused_before_anything_runs(tmp_path, bench_pair,
 
 
 def test_bench_batch_size_flag_refuses_before_any_model_loads(tmp_path, capsys):
-    from specrepro.__main__ import main
+    from specrepro.run.commands import main
     assert main(["bench", "--methods", "ar,spectr", "--suite", "mixed", "--batch-size", "2",
                  "--out", str(tmp_path / "o"), "--draft", "layers:4"]) == 2
     assert "'spectr' cannot batch" in capsys.readouterr().err
@@ -120,7 +120,7 @@ def test_bench_batch_size_flag_refuses_before_any_model_loads(tmp_path, capsys):
 
 
 def test_a_batched_step_is_costed_at_its_padded_width():
-    from specrepro.bench import _cost_context
+    from specrepro.run.bench import _cost_context
     prompts = [BenchPrompt(str(i), [1] * n) for i, n in enumerate((10, 50, 20, 30, 12, 14))]
     one = dict(methods=("ar",), target="t", max_new_tokens=8)
     assert len(_cost_context(prompts, BenchConfig(**one), 2048, 5)) == 17 + 4  # median prompt + half the tokens

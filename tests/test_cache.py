@@ -4,7 +4,7 @@ from dataclasses import dataclass
 
 import pytest
 
-from specrepro.cache import config_text, run_dir, run_key
+from specrepro.run.cache import config_text, run_dir, run_key
 
 
 @dataclass(frozen=True)

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from specrepro.__main__ import main
-from specrepro.bench import BenchResult
+from specrepro.run.commands import main
+from specrepro.run.bench import BenchResult
 from specrepro.training import distillspec, ppd_ablations
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -65,7 +65,7 @@ def test_bench_exits_non_zero_naming_the_failed_methods(capsys, monkeypatch, tmp
     row = {"method": "ar", "dtype": "fp32", "n": 1}
     failed = {"spectr": {"error": "ValueError", "message": "K-SEQ needs i.i.d. candidates", "where": "warm-up"},
               "ppd": {"error": "RuntimeError", "message": "boom", "where": "prompt a, repeat 0"}}
-    monkeypatch.setattr("specrepro.bench.run_bench",
+    monkeypatch.setattr("specrepro.run.bench.run_bench",
                         lambda config, out, progress, executor=None: BenchResult(Path(out), [], [row], {}, failed))
     code = main(["bench", "--methods", "ar,spectr,ppd", "--suite", "mixed", "--out", str(tmp_path), "--no-progress"])
     out, err = capsys.readouterr()

@@ -1,4 +1,4 @@
-"""The compiled forward (specrepro.compiled, issue 23 item 4): a tiny model's compiled forward gives its eager logits
+"""The compiled forward (specrepro.engine.compiled, issue 23 item 4): a tiny model's compiled forward gives its eager logits
 to float rounding, through the package's cache wrapper (prefill, one-token steps, a multi-token verify), so the
 AR tokens at T = 0 are the same; compiling twice is a no-op and eager_forward undoes it."""
 from __future__ import annotations
@@ -6,11 +6,11 @@ from __future__ import annotations
 import pytest
 import torch
 
-from specrepro.autoregressive import autoregressive_generate
-from specrepro.compiled import compile_forward, eager_forward, is_compiled
-from specrepro.config import DecodeConfig
-from specrepro.kvcache import CachedModel
-from specrepro.models import tiny_model
+from specrepro.decode.autoregressive import autoregressive_generate
+from specrepro.engine.compiled import compile_forward, eager_forward, is_compiled
+from specrepro.core.config import DecodeConfig
+from specrepro.core.kvcache import CachedModel
+from specrepro.engine.models import tiny_model
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 

@@ -1,4 +1,4 @@
-"""The cost model's one home (specrepro.cost): τ, the step cost, and the hardware-aware tree size."""
+"""The cost model's one home (specrepro.core.cost): τ, the step cost, and the hardware-aware tree size."""
 import inspect
 
 import numpy as np
@@ -6,7 +6,7 @@ import pytest
 import torch
 
 import simulations as sim
-from specrepro import cost
+from specrepro.core import cost
 from specrepro.drafters import medusa, ppd
 from specrepro.drafters.base import TreeDrafter
 

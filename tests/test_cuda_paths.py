@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from specrepro import models
-from specrepro.decoding import Clock
+from specrepro.engine import models
+from specrepro.core.decoding import Clock
 from specrepro.metrics import profile
 
 

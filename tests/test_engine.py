@@ -4,11 +4,11 @@ import torch
 from transformers import (LlamaConfig, LlamaForCausalLM, MistralConfig, MistralForCausalLM, Qwen2Config,
                           Qwen2ForCausalLM, Qwen3Config, Qwen3ForCausalLM)
 
-from specrepro.autoregressive import autoregressive_generate
-from specrepro.config import DecodeConfig
+from specrepro.decode.autoregressive import autoregressive_generate
+from specrepro.core.config import DecodeConfig
 from specrepro.engine import Engine, attach, detach, engine_of, unsupported, warm
-from specrepro.kvcache import CachedModel
-from specrepro.models import tiny_model
+from specrepro.core.kvcache import CachedModel
+from specrepro.engine.models import tiny_model
 
 PROMPT = [3, 1, 4, 1, 5, 9, 2, 6, 5, 3, 5, 8, 9, 7, 9]
 SMALL = dict(vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
@@ -72,7 +72,7 @@ def test_engine_and_transformers_paths_agree_on_a_tree_and_detach():
 
 @pytest.mark.slow
 def test_the_offline_model_matches_transformers_in_fp32_and_rounds_like_it_in_bf16():
-    from specrepro.models import load_model
+    from specrepro.engine.models import load_model
     ids = list(range(100, 160))
     exact = load_model("smollm2-135m-instruct", dtype="fp32", device="cpu", engine="transformers").model
     reference = reference_rows(exact, ids).float()

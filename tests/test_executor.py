@@ -1,4 +1,4 @@
-"""specrepro.executor: a grid's cells run here or as Ray tasks with the same results in the same order, a failing
+"""specrepro.core.executor: a grid's cells run here or as Ray tasks with the same results in the same order, a failing
 cell is named, and (issue 24, item 3) a local Ray cluster of 2 workers runs the DistillSpec grid to the same cells
 and the same records as the local executor. The Ray tests are skipped when ray is not installed."""
 from __future__ import annotations
@@ -11,7 +11,7 @@ import sys
 import pytest
 import torch
 
-from specrepro.executor import CellError, ExecutorConfig, run_cells
+from specrepro.core.executor import CellError, ExecutorConfig, run_cells
 
 HAS_RAY = importlib.util.find_spec("ray") is not None
 needs_ray = pytest.mark.skipif(not HAS_RAY, reason="ray is not installed (pip install 'specrepro[ray]', or "
@@ -124,8 +124,8 @@ def test_a_local_ray_cluster_runs_the_distillspec_grid_to_the_same_cells_and_rec
     """The notebook's smoke grid (on-policy draft and mix sources: sampling, teacher rows, the target's pool) on the
     tiny pair of tests/training/test_distillspec.py, once here and once as Ray tasks on 2 workers: the same cells,
     cell files and study table, wall-clock seconds aside; a Ray run resumes like a local one."""
-    from specrepro.draft_model import draft_from_target
-    from specrepro.models import tiny_model
+    from specrepro.engine.draft_model import draft_from_target
+    from specrepro.engine.models import tiny_model
     from specrepro.training import distillspec as ds
     from tests.training.test_distillspec import SMALL, V, study_data
 
@@ -155,8 +155,8 @@ def test_a_local_ray_cluster_runs_the_distillspec_grid_to_the_same_cells_and_rec
 def test_a_bench_on_ray_writes_the_records_of_a_local_run_in_its_order(ray_cluster, tmp_path):
     """The tiny pair and prompts of tests/test_bench.py, ar and speculative sampling at T = 1: the same record keys
     in the same order of records.jsonl, and the same sampled tokens (the seeds are per record, not per process)."""
-    from specrepro.bench import BenchConfig, load_records, run_bench
-    from specrepro.models import LoadedModel, layer_skip_draft, tiny_model
+    from specrepro.run.bench import BenchConfig, load_records, run_bench
+    from specrepro.engine.models import LoadedModel, layer_skip_draft, tiny_model
     from tests.test_bench import PROMPTS
 
     target = LoadedModel("tiny", tiny_model(vocab_size=32, n_layers=2, hidden=16, seed=0), None)
@@ -180,8 +180,8 @@ def test_a_bench_on_ray_writes_the_records_of_a_local_run_in_its_order(ray_clust
 def test_bench_grids_on_ray_fill_the_folders_a_local_run_fills(ray_cluster, tmp_path):
     """``bench.run_sweep`` and ``StudyCache.benches`` (the MJSD validation grid's runner): each point a bench in the
     same folder, with the same records (tokens at T = 0), as when run here."""
-    from specrepro.bench import BenchConfig, load_records, run_sweep
-    from specrepro.models import LoadedModel, layer_skip_draft, tiny_model
+    from specrepro.run.bench import BenchConfig, load_records, run_sweep
+    from specrepro.engine.models import LoadedModel, layer_skip_draft, tiny_model
     from specrepro.studies.common import StudyCache
     from tests.test_bench import PROMPTS
 
@@ -209,7 +209,7 @@ def test_bench_grids_on_ray_fill_the_folders_a_local_run_fills(ray_cluster, tmp_
 
 
 def test_the_bench_command_takes_an_executor_and_refuses_a_bad_one(capsys):
-    from specrepro.__main__ import build_parser
+    from specrepro.run.commands import build_parser
 
     argv = ["bench", "--methods", "ar", "--suite", "mixed", "--out", "unused"]
     assert build_parser().parse_args(argv).executor == ExecutorConfig()
@@ -263,7 +263,7 @@ def grid(model):
     (OnCuda(), dataclasses.replace(RAY2, num_gpus=0.25), 0.25),  # four cells share a GPU
 ])
 def test_a_ray_task_asks_for_gpus_when_its_models_are_on_cuda(monkeypatch, model, executor, gpus):
-    from specrepro import executor as ex
+    from specrepro.core import executor as ex
     fake = FakeRay()
     monkeypatch.setattr(ex, "import_ray", lambda: fake)
     assert run_cells(grid(model), [1, 2], executor) == [2, 3]

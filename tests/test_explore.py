@@ -1,4 +1,4 @@
-"""The explorer (specrepro/explore.py, notebooks/explore.ipynb): controls checked, theory figures that agree with
+"""The explorer (specrepro/run/explore.py, notebooks/explore.ipynb): controls checked, theory figures that agree with
 simulations/ and pass the figure checks, the committed benches' points read with their devices, token sources that
 add up to the loop's own record, and the notebook executing headless. tests/test_browser.py drives it in JupyterLab."""
 from __future__ import annotations
@@ -11,12 +11,12 @@ import numpy as np
 import pytest
 
 import simulations as sim
-from specrepro import explore as ex
-from specrepro import plots
-from specrepro.config import DecodeConfig
+from specrepro.run import explore as ex
+from specrepro.run import plots
+from specrepro.core.config import DecodeConfig
 from specrepro.drafters import LMDrafter
 from specrepro.metrics.profile import save_profile
-from specrepro.speculative import speculative_generate
+from specrepro.decode.speculative import speculative_generate
 from tests.helpers import fake_profile
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from specrepro import export_config as ec
-from specrepro.__main__ import main
+from specrepro.run import export_config as ec
+from specrepro.run.commands import main
 from specrepro.drafters import eagle, medusa
 from specrepro.drafters.prompt_lookup import PromptLookupDrafter
 from specrepro.methods import REGISTRY

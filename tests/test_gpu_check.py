@@ -1,4 +1,4 @@
-"""make gpu-check's runner (specrepro.gpu_check) as its CPU dry run: the parts run on a tiny stand-in target, a part
+"""make gpu-check's runner (specrepro.run.gpu_check) as its CPU dry run: the parts run on a tiny stand-in target, a part
 that fails is one FAIL row and the next part still runs, and the table is written where it is asked."""
 from __future__ import annotations
 
@@ -6,8 +6,8 @@ import json
 
 import pytest
 
-from specrepro import gpu_check
-from specrepro.gpu_check import CheckConfig, run_check
+from specrepro.run import gpu_check
+from specrepro.run.gpu_check import CheckConfig, run_check
 
 
 @pytest.fixture(scope="module")

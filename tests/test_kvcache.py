@@ -3,9 +3,9 @@ import pytest
 import torch
 from transformers import DynamicCache
 
-from specrepro import tree
-from specrepro.kvcache import CachedModel, drop_last
-from specrepro.models import load_model, tiny_model
+from specrepro.core import tree
+from specrepro.core.kvcache import CachedModel, drop_last
+from specrepro.engine.models import load_model, tiny_model
 
 ATOL = RTOL = 1e-5  # fp32: tree and full forwards differ only by matmul shapes
 PROMPT = [1, 5, 3, 7, 2, 9]

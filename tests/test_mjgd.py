@@ -12,13 +12,13 @@ import pytest
 import torch
 from scipy import stats
 
-from specrepro.autoregressive import autoregressive_generate
-from specrepro.beam import beam_sample, beam_search, sample_without_replacement
-from specrepro.config import DecodeConfig, SamplingConfig
-from specrepro.kvcache import BeamCache, CachedModel
-from specrepro.mjgd import mjgd_generate
-from specrepro.models import tiny_model
-from specrepro.warping import warp
+from specrepro.decode.autoregressive import autoregressive_generate
+from specrepro.core.beam import beam_sample, beam_search, sample_without_replacement
+from specrepro.core.config import DecodeConfig, SamplingConfig
+from specrepro.core.kvcache import BeamCache, CachedModel
+from specrepro.decode.mjgd import mjgd_generate
+from specrepro.engine.models import tiny_model
+from specrepro.core.warping import warp
 from tests.stats import FALSE_ALARM
 
 pytestmark = pytest.mark.usefixtures("one_thread")

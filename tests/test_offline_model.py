@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from specrepro import DecodeConfig, encode_prompt, generate_ids, load_draft, load_model
-from specrepro.models import ZOO, ZooEntry, prepare
+from specrepro.engine.models import ZOO, ZooEntry, prepare
 
 ROOT = Path(__file__).resolve().parents[1]
 PROMPTS = ["Name three primary colours.", "Write one sentence about the moon."]
@@ -44,7 +44,7 @@ def test_rollback_logits_match_fresh_forward(smol_fp32):
     """In fp32, so that the comparison is not drowned by bf16 rounding (a fresh full forward runs other
     matmul shapes, which in bf16 can flip near-ties)."""
     from specrepro.drafters import LMDrafter
-    from specrepro.speculative import speculative_generate
+    from specrepro.decode.speculative import speculative_generate
 
     smol = smol_fp32
     ids0 = encode_prompt(smol, PROMPTS[0])

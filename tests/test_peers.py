@@ -1,4 +1,4 @@
-"""llama.cpp beside ours (``specrepro/peers.py``, issue 38): the bench's ``llamacpp-ar`` and ``llamacpp-prompt-lookup``
+"""llama.cpp beside ours (``specrepro/run/peers.py``, issue 38): the bench's ``llamacpp-ar`` and ``llamacpp-prompt-lookup``
 and calibrate's llama.cpp step, on the GGUF the offline SmolLM2 target is dequantised from. The tests that run
 llama.cpp need the ``[peers]`` extra and are skipped without it, saying so; the one-line error of a run that asks for
 llama.cpp without it is tested everywhere (the import made to fail)."""
@@ -11,13 +11,13 @@ import pytest
 import torch
 
 from specrepro import DecodeConfig, encode_prompt, generate_ids, load_model
-from specrepro.__main__ import calibration_peer, main
-from specrepro.bench import BenchConfig, read_summary, run_bench
-from specrepro.config import SamplingConfig
-from specrepro.decoding import eos_ids
+from specrepro.run.commands import calibration_peer, main
+from specrepro.run.bench import BenchConfig, read_summary, run_bench
+from specrepro.core.config import SamplingConfig
+from specrepro.core.decoding import eos_ids
 from specrepro.methods import method
-from specrepro.models import LoadedModel, load_tokenizer, zoo_path
-from specrepro.peers import INSTALL, LlamaCppPeer, gguf_for, installed
+from specrepro.engine.models import LoadedModel, load_tokenizer, zoo_path
+from specrepro.run.peers import INSTALL, LlamaCppPeer, gguf_for, installed
 
 TARGET = "smollm2-135m-instruct"
 PROMPTS = ["Name three primary colours.", "Write one sentence about the moon."]
@@ -33,8 +33,8 @@ def test_asking_for_llama_cpp_without_it_is_one_line_before_any_model_loads(tmp_
 
     def no_model(*args, **kwargs):
         raise AssertionError("a model was loaded before the error")
-    monkeypatch.setattr("specrepro.bench.load_model", no_model)
-    monkeypatch.setattr("specrepro.models.load_model", no_model)
+    monkeypatch.setattr("specrepro.run.bench.load_model", no_model)
+    monkeypatch.setattr("specrepro.engine.models.load_model", no_model)
     with pytest.raises(ValueError, match=r"llamacpp-ar needs llama-cpp-python, which is not installed; install the "
                                          r"\[peers\] extra: pip install -e '\.\[peers\]'"):
         BenchConfig(methods=("ar", "llamacpp-ar"), target=TARGET)

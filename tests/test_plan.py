@@ -6,11 +6,11 @@ import dataclasses
 
 import pytest
 
-from specrepro.adaptive import AdaptiveGamma, FixedGamma
+from specrepro.decode.adaptive import AdaptiveGamma, FixedGamma
 from specrepro.drafters import LMDrafter
 from specrepro.methods import REGISTRY, TreeSizing
-from specrepro.models import LoadedModel, tiny_model
-from specrepro.plan import RunRequest, lazy_profiles, plan_run
+from specrepro.engine.models import LoadedModel, tiny_model
+from specrepro.run.plan import RunRequest, lazy_profiles, plan_run
 from tests.helpers import fake_profile
 
 # fp32: the faster one-token step; bf16: the cheaper verification of several tokens (the Xeon-with-AMX shape)

@@ -1,4 +1,4 @@
-"""The figure style (specrepro/plots.py) and its check: every figure says what it is and prints no raw markup.
+"""The figure style (specrepro/run/plots.py) and its check: every figure says what it is and prints no raw markup.
 
 Every notebook saves its figures through ``Artifacts.figure``, which runs ``plots.check``; the smoke profile that CI
 runs (``make figures PROFILE=smoke``) therefore renders every notebook's figures and checks their text. Here: the
@@ -11,7 +11,7 @@ matplotlib.use("Agg")
 
 import pytest  # noqa: E402
 
-from specrepro import plots  # noqa: E402
+from specrepro.run import plots  # noqa: E402
 
 FOOTER = plots.Footer(plots.MEASURED, model="target t, draft d", device="CPU x", dtype={"AR": "fp32", "SpS": "bf16"},
                       profile="smoke", commit="abc1234567")

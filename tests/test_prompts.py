@@ -6,8 +6,8 @@ import sys
 
 import pytest
 
-from specrepro import prompts
-from specrepro.prompts import (FILE_SUITES, MIXED_ORDER, PUBLIC_SETS, SUITES, Prompt,
+from specrepro.core import prompts
+from specrepro.core.prompts import (FILE_SUITES, MIXED_ORDER, PUBLIC_SETS, SUITES, Prompt,
                                PublicSetUnavailable, gsm8k_answer, load_prompts_file,
                                load_public, load_suite)
 

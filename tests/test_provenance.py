@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import subprocess
 
-from specrepro.provenance import git_revision, git_state
+from specrepro.core.provenance import git_revision, git_state
 
 
 def _git(root, *args):

@@ -5,11 +5,11 @@ import torch
 from scipy import stats
 
 from specrepro import DecodeConfig, SamplingConfig, check_pair, generate_ids
-from specrepro.autoregressive import autoregressive_generate
+from specrepro.decode.autoregressive import autoregressive_generate
 from specrepro.drafters import LMDrafter
-from specrepro.models import load_draft, tiny_model
-from specrepro.speculative import speculative_generate
-from specrepro.warping import warp
+from specrepro.engine.models import load_draft, tiny_model
+from specrepro.decode.speculative import speculative_generate
+from specrepro.core.warping import warp
 from tests.helpers import loaded
 from tests.stats import FALSE_ALARM
 
@@ -203,7 +203,7 @@ def test_drafter_and_rule_draw_from_separate_streams(tiny_pair_64):
     """Two drafters that consume different amounts of randomness meet the same acceptance uniforms at one seed:
     the rule's stream is the run's own, the drafter's another (decoding.draft_stream)."""
     from specrepro.acceptance import TREE_RULES
-    from specrepro.decoding import draft_stream
+    from specrepro.core.decoding import draft_stream
     from specrepro.drafters import PromptLookupDrafter
     target, draft = tiny_pair_64
     seen = {}

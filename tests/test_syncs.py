@@ -6,22 +6,22 @@ import collections
 import pytest
 import torch
 
-import specrepro.batched
-import specrepro.verify
-from specrepro.batched import batched_generate
-from specrepro.config import DecodeConfig, SamplingConfig
+import specrepro.decode.batched
+import specrepro.core.verify
+from specrepro.decode.batched import batched_generate
+from specrepro.core.config import DecodeConfig, SamplingConfig
 from specrepro.drafters import LMDrafter, PromptLookupDrafter
-from specrepro.models import tiny_model
-from specrepro.speculative import speculative_generate
-from specrepro.verify import download, to_host
+from specrepro.engine.models import tiny_model
+from specrepro.decode.speculative import speculative_generate
+from specrepro.core.verify import download, to_host
 from tests.syncs import MARK, SyncCounter
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 GAMMA = 4
 T1 = SamplingConfig(temperature=1.0)
 LOOPING = [5, 6, 7, 8, 9, 10, 11, 12, 5, 6, 7, 8, 9, 10, 11, 12, 5, 6]  # prompt lookup copies 4 tokens at every step
-OURS = ("specrepro/verify.py", "specrepro/warping.py", "specrepro/acceptance/", "specrepro/batched.py",
-        "specrepro/speculative.py")
+OURS = ("specrepro/core/verify.py", "specrepro/core/warping.py", "specrepro/acceptance/", "specrepro/decode/batched.py",
+        "specrepro/decode/speculative.py")
 
 
 @pytest.fixture(scope="module")
@@ -38,14 +38,14 @@ def counter(target, monkeypatch):
     def counted(tensors):
         out = to_host(tensors)
         if any(getattr(t, MARK, False) for t in tensors):
-            counter.reads["specrepro/verify.py:to_host"] += 1
+            counter.reads["specrepro/core/verify.py:to_host"] += 1
         host = [t.view(t.shape) for t in out]  # new tensor objects, so that the device ones keep their mark
         for t in host:
             setattr(t, MARK, False)
         return host
 
-    monkeypatch.setattr(specrepro.verify, "to_host", counted)
-    monkeypatch.setattr(specrepro.batched, "to_host", counted)
+    monkeypatch.setattr(specrepro.core.verify, "to_host", counted)
+    monkeypatch.setattr(specrepro.decode.batched, "to_host", counted)
     return counter
 
 
@@ -92,7 +92,7 @@ def test_a_model_free_step_waits_twice(target, counter):
     reads, uploads = one_step(counter, lambda on_step: speculative_generate(target, drafter, LOOPING, config,
                                                                           on_step=on_step))
     assert drafter.propose(LOOPING, GAMMA, T1, torch.Generator()).size == GAMMA  # a full chain was verified
-    assert reads == {"specrepro/verify.py:to_host": 1}, reads
+    assert reads == {"specrepro/core/verify.py:to_host": 1}, reads
     assert sum(uploads.values()) <= 1, uploads  # the cache's, not ours
     assert sum(reads.values()) + sum(uploads.values()) <= 2
 
@@ -106,8 +106,8 @@ def test_a_draft_model_step_waits_once_to_verify_and_once_per_drafted_token(targ
     reads, uploads = one_step(counter, lambda on_step: rec.append(speculative_generate(
         target, LMDrafter(target), [1, 2, 3], config, on_step=on_step)))
     assert rec[0].accept_lengths[1] == GAMMA
-    assert reads["specrepro/verify.py:to_host"] == 1
-    assert sum(n for site, n in reads.items() if site.startswith("specrepro/warping.py")) == GAMMA
+    assert reads["specrepro/core/verify.py:to_host"] == 1
+    assert sum(n for site, n in reads.items() if site.startswith("specrepro/core/warping.py")) == GAMMA
     assert ours(reads) == GAMMA + 1 and ours(uploads) == 0, (reads, uploads)
 
 
@@ -120,7 +120,7 @@ def test_a_batched_step_waits_once_per_draft_position_and_once_to_verify(target,
     prompts = [[1, 2, 3], [4, 5, 6, 7, 8], [9, 10]]
     reads, uploads = one_step(counter, lambda on_step: batched_generate(
         target, lambda b: LMDrafter(draft), prompts, config, on_step=on_step))
-    assert reads["specrepro/verify.py:to_host"] == GAMMA + 1
+    assert reads["specrepro/core/verify.py:to_host"] == GAMMA + 1
     assert ours(reads) == GAMMA + 1 and ours(uploads) == 0, (reads, uploads)
 
 

@@ -1,16 +1,16 @@
-"""The one verification step (specrepro.verify) and the scorer seam, shared by the loop and the staged drafter."""
+"""The one verification step (specrepro.core.verify) and the scorer seam, shared by the loop and the staged drafter."""
 import pytest
 import torch
 
 from specrepro.acceptance import TREE_RULES
-from specrepro.config import DecodeConfig, SamplingConfig
+from specrepro.core.config import DecodeConfig, SamplingConfig
 from specrepro.drafters import PromptLookupDrafter, Proposal, Scores, score_tree
 from specrepro.drafters.staged import StagedDrafter
-from specrepro.kvcache import CachedModel
-from specrepro.models import tiny_model
-from specrepro.speculative import speculative_generate
-from specrepro.verify import verify
-from specrepro.warping import one_hot, warp
+from specrepro.core.kvcache import CachedModel
+from specrepro.engine.models import tiny_model
+from specrepro.decode.speculative import speculative_generate
+from specrepro.core.verify import verify
+from specrepro.core.warping import one_hot, warp
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 T1 = SamplingConfig(temperature=1.0)

@@ -11,11 +11,11 @@ from pathlib import Path
 import pytest
 import torch
 
-from specrepro.config import DecodeConfig
+from specrepro.core.config import DecodeConfig
 from specrepro.drafters.medusa import head_logits, load_heads
 from specrepro.drafters.ppd import load_prompt_tokens
 from specrepro.methods import drafter_for
-from specrepro.models import SELF_DRAFTS, ZOO, load_draft, load_model, main, self_draft_folder
+from specrepro.engine.models import SELF_DRAFTS, ZOO, load_draft, load_model, main, self_draft_folder
 
 PACKAGE = Path(__file__).resolve().parents[1] / "specrepro"
 SHIPPED = [name for name, entry in ZOO.items() if entry.folder is not None]

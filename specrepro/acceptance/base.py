@@ -5,11 +5,11 @@ A tree rule is a pure function of tensors, with its randomness passed in:
     rule(p, q, tokens, parents, uniforms) -> TreeVerdict(path, next_token)
 
     p        [N+1, V]  target distributions (already warped): row 0 after the committed context, row i+1 after
-                       node i (the row convention of ``specrepro.tree``)
+                       node i (the row convention of ``specrepro.core.tree``)
     q        [N, V]    row i: the distribution node i's token was drawn from, given its ancestors and its earlier
                        siblings (one-hot for a deterministic candidate)
     tokens   [N]       the token at each node
-    parents  [N]       parent of each node, −1 for a child of the root; parents[i] < i (``specrepro.tree``)
+    parents  [N]       parent of each node, −1 for a child of the root; parents[i] < i (``specrepro.core.tree``)
     uniforms [N+1]     U(0, 1): uniforms[i] tests node i, uniforms[N] draws the next token
 
 A chain of γ drafts is the tree ``parents = [−1, 0, …, γ−2]``; there the verdict's ``len(path)`` is the chain
@@ -22,7 +22,7 @@ from typing import Any, Callable, NamedTuple
 
 import torch
 
-from ..tree import check_parents, is_chain
+from ..core.tree import check_parents, is_chain
 
 
 class TreeVerdict(NamedTuple):

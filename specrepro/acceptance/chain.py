@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import torch
 
-from ..warping import sample
+from ..core.warping import sample
 
 
 def _check(p: torch.Tensor, q: torch.Tensor, draft_tokens: torch.Tensor, uniforms: torch.Tensor) -> int:

@@ -56,7 +56,7 @@ from typing import NamedTuple
 
 import torch
 
-from ..warping import sample
+from ..core.warping import sample
 from .base import TreeRule, TreeVerdict, check_chain_inputs
 
 GRID = 64  # levels tried per search step: the bracket shrinks 65-fold, so ~9 steps reach adjacent doubles

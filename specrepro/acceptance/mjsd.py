@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 import torch
 
-from ..warping import sample
+from ..core.warping import sample
 from .base import TreeRule, TreeVerdict, check_chain_inputs
 
 

@@ -46,8 +46,8 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from ..tree import root_path
-from ..warping import sample
+from ..core.tree import root_path
+from ..core.warping import sample
 from .base import TreeRule, TreeVerdict, check_tree_inputs
 
 RHO_TOLERANCE = 1e-12  # bisection stops once the bracket on ρ ∈ [1, k] is this narrow (absolute)

@@ -13,8 +13,8 @@ from dataclasses import dataclass
 
 import torch
 
-from ..tree import children
-from ..warping import sample
+from ..core.tree import children
+from ..core.warping import sample
 from .base import TreeRule, TreeVerdict, check_tree_inputs
 
 

@@ -1,6 +1,6 @@
 """The drafter interface: drafters propose, the verification step scores and verifies.
 
-A drafter sees the committed token ids and returns a proposal: a token tree (``specrepro.tree``: tokens [N],
+A drafter sees the committed token ids and returns a proposal: a token tree (``specrepro.core.tree``: tokens [N],
 parents [N], −1 = child of the newest committed token) of at most γ tokens per root path and, when it has one,
 the distribution q each token was drawn from. A chain of γ tokens (classic speculative decoding) leaves
 ``parents`` as None. A deterministic drafter returns ``probs=None``; the loop then uses a one-hot q, so
@@ -20,7 +20,7 @@ committed sequence, the accepted path, the target's warped rows and, for drafter
 
 ``TreeDrafter`` declares what the tree methods built on measured rank probabilities (Medusa, PPD) add: the
 weights' ``config``, the ``tree_size`` and ``resized(n)``; their modules' ``choose_tree_size(config, profile,
-gamma)`` picks n (``specrepro.cost.best_tree_size``).
+gamma)`` picks n (``specrepro.core.cost.best_tree_size``).
 """
 from __future__ import annotations
 
@@ -29,11 +29,11 @@ from typing import TYPE_CHECKING, ClassVar, Protocol
 
 import torch
 
-from ..config import SamplingConfig
-from ..proposal import Proposal, Scorer, Scores, StepFeedback, score_tree
+from ..core.config import SamplingConfig
+from ..core.proposal import Proposal, Scorer, Scores, StepFeedback, score_tree
 
 if TYPE_CHECKING:
-    from ..kvcache import CachedModel
+    from ..core.kvcache import CachedModel
 
 __all__ = ["Drafter", "TreeDrafter", "RankedWeights", "Proposal", "Scores", "Scorer", "StepFeedback", "score_tree"]
 
@@ -43,7 +43,7 @@ class Drafter(abc.ABC):
 
     name: str = "drafter"
     needs_hidden: bool = False  # ask the loop for the target's hidden states in feedback (self-drafting heads)
-    # How its rows run in the batched loop (``specrepro.batched``), one line; None: at batch size 1 only. The one
+    # How its rows run in the batched loop (``specrepro.decode.batched``), one line; None: at batch size 1 only. The one
     # declaration of which methods batch (``Method.batches`` derives from it).
     batching: ClassVar[str | None] = None
 

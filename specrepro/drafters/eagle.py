@@ -37,9 +37,9 @@ from pathlib import Path
 
 import torch
 
-from ..config import SamplingConfig
-from ..proposal import Scores
-from ..tree import TreeSize
+from ..core.config import SamplingConfig
+from ..core.proposal import Scores
+from ..core.tree import TreeSize
 from . import medusa
 from .base import Proposal, StepFeedback, TreeDrafter
 from .weights import read_folder, save_folder

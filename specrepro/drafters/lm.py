@@ -5,9 +5,9 @@ from typing import Callable
 
 import torch
 
-from ..config import SamplingConfig
-from ..kvcache import CachedModel, common_prefix
-from ..warping import sample, warp
+from ..core.config import SamplingConfig
+from ..core.kvcache import CachedModel, common_prefix
+from ..core.warping import sample, warp
 from .base import Drafter, Proposal, StepFeedback
 
 

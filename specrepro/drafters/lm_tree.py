@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import torch
 
-from ..config import SamplingConfig
+from ..core.config import SamplingConfig
 from .base import Proposal
 from .lm import LMDrafter, sample_chain
 

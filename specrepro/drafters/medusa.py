@@ -24,9 +24,9 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from .. import cost
-from ..config import SamplingConfig
-from ..tree import TreeSize
+from ..core import cost
+from ..core.config import SamplingConfig
+from ..core.tree import TreeSize
 from .base import Proposal, StepFeedback, TreeDrafter
 from .weights import read_folder, save_folder
 

@@ -28,8 +28,8 @@ from typing import Iterable, Sequence
 import numpy as np
 import torch
 
-from ..config import SamplingConfig
-from ..warping import sample, warp
+from ..core.config import SamplingConfig
+from ..core.warping import sample, warp
 from .base import Drafter, Proposal
 
 

@@ -25,7 +25,7 @@ from typing import Any, Protocol
 
 import torch
 
-from ..config import SamplingConfig
+from ..core.config import SamplingConfig
 from .base import Drafter, Proposal, StepFeedback
 from .lm import LMDrafter
 

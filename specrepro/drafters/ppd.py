@@ -34,9 +34,9 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from .. import cost
-from ..config import SamplingConfig
-from ..tree import TreeSize
+from ..core import cost
+from ..core.config import SamplingConfig
+from ..core.tree import TreeSize
 from .base import Proposal, Scores, StepFeedback, TreeDrafter
 from .medusa import paths_to_parents
 from .weights import read_folder, save_folder

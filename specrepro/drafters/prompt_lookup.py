@@ -19,7 +19,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from ..config import SamplingConfig
+from ..core.config import SamplingConfig
 from .base import Drafter, Proposal
 
 

@@ -25,9 +25,9 @@ from typing import Callable
 import torch
 
 from ..acceptance import TREE_RULES, TreeRule
-from ..config import SamplingConfig
-from ..verify import verify
-from ..warping import one_hot
+from ..core.config import SamplingConfig
+from ..core.verify import verify
+from ..core.warping import one_hot
 from .base import Drafter, Proposal, StepFeedback
 from .lm import LMDrafter, sample_chain
 from .prompt_lookup import PromptLookupDrafter
@@ -92,7 +92,7 @@ class StagedDrafter(_CombinedDrafter):
     """The draft model's γ-token chain, drawn by speculative sampling of the draft model with an inner drafter.
 
     Each round: the inner drafter proposes up to k = min(``inner_gamma``, γ − len(chain) − 1) tokens after the
-    committed ids and the chain so far; the loop's own verification step (``specrepro.verify``) runs with the draft
+    committed ids and the chain so far; the loop's own verification step (``specrepro.core.verify``) runs with the draft
     model in the target's place: the draft scores the newest token and those k in one forward (its own cache,
     through the inner drafter's scorer), giving its warped rows q [k+1, V]; the acceptance ``rule`` (by default the
     exact tree rule, speculative sampling on a chain) keeps an accepted prefix and draws the next token from q's

@@ -12,7 +12,7 @@ from pathlib import Path
 import torch
 from safetensors.torch import load_file, save_file
 
-from ..provenance import atomic_write_text
+from ..core.provenance import atomic_write_text
 
 
 def save_folder(folder: str | Path, tensors: dict[str, torch.Tensor], weights: str, config_name: str,

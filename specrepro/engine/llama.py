@@ -12,7 +12,7 @@ draft's entries are simply overwritten later: nothing is cropped or copied.
 
 Which models (``supports``): Llama 2/3 (any RoPE scaling transformers implements: the rotary module is the model's
 own), SmolLM2, Mistral without a sliding window shorter than the context, Qwen2 (q/k/v biases) and Qwen3 (per-head
-q/k RMSNorm). Anything else runs on the transformers path (``specrepro.kvcache``), and the run says which.
+q/k RMSNorm). Anything else runs on the transformers path (``specrepro.core.kvcache``), and the run says which.
 
 Shapes: B rows, Q columns (query tokens), S attended slots, L layers, H hidden, Hq / Hkv heads, D head dim, I MLP.
 """

@@ -144,7 +144,7 @@ class Engine:
             else:
                 module.prepack()
             return module
-        from ..cache import inductor_cache
+        from .disk import inductor_cache
         inductor_cache()
         # One code object serves every (B, Q, S) bucket, each a graph of its own (dynamic=False): far more than
         # dynamo's default limit of 8 recompiles per code object, after which it would fall back to eager.

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import torch
 
-from .runner import BUCKETS, Engine, StaticKV, _round, bucket
+from .runner import BUCKETS, Engine, StaticKV, _round
 
 
 def run(engine: Engine, kv: StaticKV, ids: torch.Tensor, positions: torch.Tensor, allowed: torch.Tensor,

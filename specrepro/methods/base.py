@@ -15,7 +15,7 @@ A method carries everything the package needs to run it and to say what it ran:
     nodes     (γ, params) -> draft nodes one step scores, when not γ (m chains of γ)
     counterpart  for transformers' baselines: our method it must reproduce token for token at T = 0 (llama.cpp's
               decode another file of the model in other types: none)
-    batches   (derived) whether it runs B prompts at once (``specrepro.batched``): AR, and every speculative method
+    batches   (derived) whether it runs B prompts at once (``specrepro.decode.batched``): AR, and every speculative method
               whose drafter class declares how its rows batch (``Drafter.batching``, the one declaration);
               ``generate`` and ``bench`` refuse ``--batch-size`` > 1 for the others, before a model loads
 """
@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 from ..acceptance import TREE_RULES, TreeRule
-from ..config import DecodeConfig, MethodParams
+from ..core.config import DecodeConfig, MethodParams
 
 
 class Loop(enum.Enum):

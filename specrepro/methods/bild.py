@@ -3,7 +3,7 @@ from the first token whose cross-entropy exceeds τ2 (LOSSY)."""
 from dataclasses import dataclass
 
 from ..acceptance import BILD_RULE
-from ..config import MethodParams, number, param
+from ..core.config import MethodParams, number, param
 from ..drafters.bild import BiLDDrafter
 from .base import Cost, Loop, Method, Needs
 

@@ -2,7 +2,7 @@
 EAGLE-2's dynamic tree by default."""
 from dataclasses import dataclass
 
-from ..config import MethodParams, param, whole
+from ..core.config import MethodParams, param, whole
 from ..drafters.eagle import SHAPES
 from .base import Needs
 from .self_drafting import self_drafting

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 import torch
 
-from ..config import MethodParams, SamplingConfig, param, whole
+from ..core.config import MethodParams, SamplingConfig, param, whole
 from ..drafters import LMDrafter, Proposal
 from .base import Cost, Loop, Method, Needs
 

@@ -4,7 +4,7 @@ import dataclasses
 from dataclasses import dataclass
 
 from ..acceptance import MENTORED_RULE
-from ..config import MethodParams, number, param
+from ..core.config import MethodParams, number, param
 from ..drafters import LMDrafter
 from .base import Cost, Loop, Method, Needs
 

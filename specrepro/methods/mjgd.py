@@ -1,7 +1,7 @@
 """MJGD: multi-token joint greedy decoding, K = γ tokens per step by the target's beam search (MJSD paper §3.1)."""
 from dataclasses import dataclass
 
-from ..config import MethodParams, param, whole
+from ..core.config import MethodParams, param, whole
 from .base import Cost, Loop, Method
 
 

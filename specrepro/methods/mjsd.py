@@ -2,7 +2,7 @@
 from dataclasses import dataclass
 
 from ..acceptance import MJSD_RULE
-from ..config import number, param
+from ..core.config import number, param
 from ..drafters.beam import BeamDrafter
 from . import mjgd
 from .base import Cost, Loop, Method, Needs

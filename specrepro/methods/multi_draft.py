@@ -2,7 +2,7 @@
 recursive rejection over siblings (exact) or SpecTr's k-sequential selection (``spectr.py``)."""
 from dataclasses import dataclass
 
-from ..config import MethodParams, param, whole
+from ..core.config import MethodParams, param, whole
 from ..drafters.lm_tree import MultiDraftDrafter
 from .base import Cost, Loop, Method, Needs
 

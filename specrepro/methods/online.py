@@ -3,7 +3,7 @@ update after every L-th sequence, from a FIFO buffer of verification steps."""
 import copy
 from dataclasses import dataclass
 
-from ..config import ONLINE_DIVERGENCES, ONLINE_EXAMPLES, MethodParams, number, param, whole
+from ..core.config import ONLINE_DIVERGENCES, ONLINE_EXAMPLES, MethodParams, number, param, whole
 from ..drafters.online import OnlineDrafter
 from ..training.online import OnlineConfig, online_drafter
 from .base import Cost, Loop, Method, Needs

@@ -48,7 +48,7 @@ def self_drafter(needs: Needs):
     """The drafter: the weights from a folder or zoo name (the target's own in the zoo when none is named), on the
     target, at the config's tree size (else the module's default; the planner resizes it)."""
     def build(draft: str | Path | None, target, config):
-        from ..models import self_draft_folder
+        from ..engine.models import self_draft_folder
         if target is None:
             raise ValueError(f"{needs.value} draft from the target's own forward: they need the target")
         kind = WEIGHTS[needs]
@@ -61,7 +61,7 @@ def sizing(needs: Needs) -> TreeSizing:
     kind = WEIGHTS[needs]
 
     def read_config(draft: str | Path | None, target: str):
-        from ..models import self_draft_folder
+        from ..engine.models import self_draft_folder
         return kind.read_config(self_draft_folder(needs.value, draft, target))
     return TreeSizing(read_config=read_config, choose=kind.module.choose_tree_size)
 

@@ -30,8 +30,8 @@ from typing import Sequence
 import torch
 from transformers import DynamicCache
 
-from ..decoding import Clock, model_device
-from ..kvcache import drop_last
+from ..core.decoding import Clock, model_device
+from ..core.kvcache import drop_last
 from .energy import EnergyMeter, open_meter
 from .profile import Latency, cpu_info, dtype_name
 

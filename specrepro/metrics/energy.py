@@ -35,7 +35,7 @@ from typing import Iterator
 
 import torch
 
-from ..decoding import Clock
+from ..core.decoding import Clock
 
 POWERCAP_ROOT = Path("/sys/class/powercap")
 _PACKAGE_DIR = re.compile(r"intel-rapl:\d+")  # top-level RAPL domains; intel-rapl:<i>:<j> are sub-domains

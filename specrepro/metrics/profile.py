@@ -18,7 +18,7 @@ batched target's, so the bench predicts a batched run from what a batched step c
 the device (CPU model and the instruction-set flags that change kernels, or the GPU name), the model pair,
 the dtype, the thread count and the torch / transformers versions: a changed key never reuses a stale file.
 The profile is what ``--dtype auto`` and ``--gamma auto`` decide with (:func:`choose_dtype`,
-``specrepro.adaptive``), and what the bench predicts speedups from.
+``specrepro.decode.adaptive``), and what the bench predicts speedups from.
 
 Why the longer contexts and the prefill (issue 23): on an AVX2-only EPYC a bf16 decode step after 256 tokens cost
 63 ms against fp32's 73, so auto chose bf16, yet the bench's bf16 AR ran 1.39x slower than fp32: a bf16 prefill of
@@ -50,11 +50,11 @@ import torch
 
 from simulations.speculative import BetaCurve
 
-from ..cost import seconds_per_token
-from ..decoding import Clock, model_device
-from ..kvcache import CachedModel
-from ..models import native_bf16
-from ..provenance import atomic_write_text, git_revision
+from ..core.cost import seconds_per_token
+from ..core.decoding import Clock, model_device
+from ..core.kvcache import CachedModel
+from ..engine.models import native_bf16
+from ..core.provenance import atomic_write_text, git_revision
 
 FORMAT = "specrepro-device-profile/2"  # /2 adds the longer contexts and the prefill
 FORMAT_1 = "specrepro-device-profile/1"  # still read (committed benches hold such profiles), never written
@@ -130,7 +130,7 @@ def dtype_name(dtype: torch.dtype | str) -> str:
 def weights_digest(*names: str | None) -> str:
     """A cheap content digest of the weight files behind model names (zoo names or folders): size and the first
     and last MiB of every ``*.safetensors`` file; a name with no local files (a hub id) counts as its name."""
-    from ..models import ZOO, zoo_path
+    from ..engine.models import ZOO, zoo_path
     h = hashlib.sha256()
     for name in names:
         if name is None:
@@ -167,7 +167,7 @@ class ProfileKey:
     repeats: int = 5  # timed rounds per median
     contexts: tuple[int, ...] = LONG_CONTEXTS  # longer cached prefixes, each timed on the coarse grid LONG_NS
     prefill_sizes: tuple[int, ...] = PREFILL_SIZES  # prompt lengths whose prefill is timed
-    compiled: bool = False  # the forwards ran through torch.compile (specrepro.compiled)
+    compiled: bool = False  # the forwards ran through torch.compile (specrepro.engine.compiled)
     batch: int = 1  # rows per forward: L_fp(n) is one forward over B rows × n tokens (a bench at --batch-size B)
     engine: str = "transformers"  # which forward ran (``engine.engine_name``): the static-cache engine, or transformers'
 
@@ -224,7 +224,7 @@ class Latency:
 @dataclass(frozen=True)
 class PeerProfile:
     """Another engine's forward on the same machine, in the same calibration: llama.cpp on the GGUF the target was
-    dequantised from (``specrepro.peers``), same threads, the same cached context, the same sizes n. Its β(n) is read as
+    dequantised from (``specrepro.run.peers``), same threads, the same cached context, the same sizes n. Its β(n) is read as
     ours is: a forward over n new tokens (logits for all n, as a verification needs) over one forward over 1."""
 
     engine: str  # "llama.cpp"
@@ -423,7 +423,7 @@ def load_profile(path: str | Path, key: ProfileKey | None = None) -> Profile:
 
 
 def profiles_dir() -> Path:
-    from ..models import cache_root
+    from ..engine.disk import cache_root
     return cache_root() / "profiles"
 
 
@@ -600,7 +600,7 @@ def calibration_context(tokenizer, vocab_size: int, length: int = 256) -> list[i
     0..V−1 cycled when there is no tokenizer, e.g. a tiny test model)."""
     if tokenizer is None:
         return [i % vocab_size for i in range(length)]
-    from ..prompts import load_suite
+    from ..core.prompts import load_suite
     text = "\n\n".join(p.prompt for p in load_suite("mixed"))
     ids = tokenizer(text, add_special_tokens=False)["input_ids"]
     return (ids * (length // max(1, len(ids)) + 1))[:length]
@@ -614,10 +614,10 @@ def get_profile(target: str, draft: str | None, dtype: str, device: str | torch.
     with ``compiled``: the warm-up round then pays the compilation) saved to the cache (and to ``out`` if given).
 
     ``calibrate`` also wants the compute roofline (``roofline``) in the profile's ``machine``, and, with ``peer`` (a
-    ``specrepro.peers.LlamaCppPeer``: ``describe()`` and ``measure(context, ns, repeats)``), llama.cpp's forwards on
+    ``specrepro.run.peers.LlamaCppPeer``: ``describe()`` and ``measure(context, ns, repeats)``), llama.cpp's forwards on
     the same context and sizes. A cached profile without them (written before they were measured, or under another
     llama.cpp or thread count) gets them added, its own timings kept, and is saved again."""
-    from ..models import default_device
+    from ..engine.models import default_device
     device = torch.device(device) if device is not None else default_device()
     if threads is not None:
         torch.set_num_threads(threads)
@@ -651,11 +651,11 @@ def get_profile(target: str, draft: str | None, dtype: str, device: str | torch.
 
 def _calibration_models(key: ProfileKey, device: torch.device):
     """(target, draft or None, the calibration context) of ``key``, loaded at its dtype, compiled if it says so."""
-    from ..models import load_draft, load_model
+    from ..engine.models import load_draft, load_model
     t = load_model(key.target, dtype=key.dtype, device=device)
     d = load_draft(key.draft, t) if key.draft is not None else None
     if key.compiled:
-        from ..compiled import compile_forward
+        from ..engine.compiled import compile_forward
         for m in (t, d):
             if m is not None:
                 compile_forward(m.model)

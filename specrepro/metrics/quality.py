@@ -23,7 +23,7 @@ import torch
 from rouge_score import rouge_scorer
 from sacrebleu.metrics import BLEU, CHRF
 
-from ..decoding import model_device
+from ..core.decoding import model_device
 
 # Rows of the [N, V] logits cast to float64 at a time: a 50k-token vocabulary costs 400 KB a row in float64.
 _ROWS_PER_CHUNK = 256

@@ -35,13 +35,13 @@ import torch
 
 from simulations.speculative import expected_speedup, expected_tokens
 
-from ..batch_cache import BatchCache
-from ..config import DecodeConfig, SamplingConfig
-from ..decoding import Clock, model_device
-from ..generate import generate_batch
+from ..core.batch_cache import BatchCache
+from ..core.config import DecodeConfig, SamplingConfig
+from ..core.decoding import Clock, model_device
+from ..run.generate import generate_batch
 from ..metrics.batching import BatchingResult, measure_batching
-from ..models import LoadedModel
-from ..record import GenerationRecord, pooled_alpha
+from ..engine.models import LoadedModel
+from ..core.record import GenerationRecord, pooled_alpha
 from .common import StudyCache, cached_json
 
 FORMAT = "specrepro-batch-study/1"
@@ -74,7 +74,7 @@ class BatchStudyConfig:
 
     target: str  # the target's zoo name (or a label for a model built in place, as the tests' tiny ones)
     draft: str | None  # the draft model's name for "speculative"; None: that method is not run
-    suite: str  # the prompt suite (specrepro.prompts.SUITES); a label where the prompts are given as ids
+    suite: str  # the prompt suite (specrepro.core.prompts.SUITES); a label where the prompts are given as ids
     batches: tuple[int, ...]  # B values, ascending; each must divide ``rows``
     gammas: tuple[int, ...]  # γ values
     rows: int  # prompt rows per cell: the suite's prompts cycled to this many, the same rows at every B

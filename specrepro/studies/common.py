@@ -15,12 +15,12 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from ..bench import BenchConfig, BenchPrompt, BenchResult, encode_prompts, run_bench
-from ..record import median_speedup
-from ..cache import run_dir
-from ..executor import ExecutorConfig, run_cells
-from ..models import LoadedModel
-from ..provenance import atomic_write_text
+from ..run.bench import BenchConfig, BenchPrompt, BenchResult, encode_prompts, run_bench
+from ..core.record import median_speedup
+from ..run.cache import run_dir
+from ..core.executor import ExecutorConfig, run_cells
+from ..engine.models import LoadedModel
+from ..core.provenance import atomic_write_text
 
 
 @dataclass(frozen=True)
@@ -32,7 +32,7 @@ class StudyCache:
     stem: str  # the notebook's file stem: "mjsd_joint_decoding"
     notebook: Path | None = None  # its .ipynb, hashed into every key; None: the package only
     fresh: bool = False  # True: recompute (delete the matching folder first)
-    root: Path | None = None  # the cache root; None: specrepro.cache.cache_root()
+    root: Path | None = None  # the cache root; None: specrepro.run.cache.cache_root()
 
     def dir(self, part: str, *key: Any) -> Path:
         name = f"{self.stem}-{part.replace('/', '-')}"
@@ -54,7 +54,7 @@ class StudyCache:
                 target: LoadedModel | None = None, draft: LoadedModel | None = None,
                 executor: ExecutorConfig | str | None = None, echo: bool = True) -> list[BenchResult]:
         """A grid of benches: ``self.bench(name, config, prompts, *key)`` for each job (name, config, prompts,
-        key), in job order, one after the other here or as Ray tasks (``executor``, ``specrepro.executor``).
+        key), in job order, one after the other here or as Ray tasks (``executor``, ``specrepro.core.executor``).
         Each bench keeps its own folder, so the folders, their records and their keys are the same either way;
         on a cluster of several machines the cache root must be a filesystem every node sees."""
         t0 = time.perf_counter()

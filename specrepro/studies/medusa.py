@@ -14,8 +14,8 @@ import torch
 
 from simulations import ppd as sim_ppd
 
-from ..bench import BenchPrompt, BenchResult
-from ..cost import tree_speedup
+from ..run.bench import BenchPrompt, BenchResult
+from ..core.cost import tree_speedup
 from ..drafters.medusa import MedusaConfig, MedusaDrafter, MedusaHeads, random_paths, sparse_tree
 from ..metrics.profile import Profile
 from .common import bench_device, rows_of

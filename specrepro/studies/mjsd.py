@@ -12,10 +12,10 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 
-from ..bench import BenchConfig, BenchPrompt, BenchResult
-from ..executor import ExecutorConfig
+from ..run.bench import BenchConfig, BenchPrompt, BenchResult
+from ..core.executor import ExecutorConfig
 from ..metrics.verdict import Verdict, all_of, decide
-from ..models import LoadedModel
+from ..engine.models import LoadedModel
 from .common import StudyCache, records_of, rows_of
 
 # The paper's Table 5 (Llama-2, ChatGPT-Prompts column): γ, MJSD's beams and threshold τ, BiLD's fallback τ1 and

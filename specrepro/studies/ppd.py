@@ -13,8 +13,8 @@ import torch
 
 from simulations import ppd as sim_ppd
 
-from ..bench import BenchPrompt, BenchResult
-from ..cost import tree_speedup
+from ..run.bench import BenchPrompt, BenchResult
+from ..core.cost import tree_speedup
 from ..drafters.ppd import PPDConfig, PPDDrafter, PromptTokens, dynamic_tree, input_lengths, tree_speed
 from ..metrics.profile import Profile
 from .common import bench_device, rows_of

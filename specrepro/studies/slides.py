@@ -12,11 +12,11 @@ from pathlib import Path
 
 from simulations import SLIDES_TABLE2, SLIDES_TABLE2_COLUMNS, SLIDES_TABLE3, implied_cost_ratio
 
-from ..bench import BenchPrompt, target_corpus
-from ..config import SamplingConfig
+from ..run.bench import BenchPrompt, target_corpus
+from ..core.config import SamplingConfig
 from ..drafters import fit_ngram
 from ..drafters.ngram import NGramTable
-from ..models import LoadedModel
+from ..engine.models import LoadedModel
 from .common import StudyCache, cached_json, suite_prompts
 
 # Each of our drafts -> the slides' draft kind in Table 3; None: no published row of its kind (the LM draft is

@@ -16,17 +16,17 @@ import torch
 from simulations.speculative import expected_speedup, max_beta
 
 from ..acceptance.mentored import solve_rows
-from ..bench import BenchPrompt, BenchResult
-from ..config import DecodeConfig, SamplingConfig
-from ..decoding import Clock, eos_ids, model_device
+from ..run.bench import BenchPrompt, BenchResult
+from ..core.config import DecodeConfig, SamplingConfig
+from ..core.decoding import Clock, eos_ids, model_device
 from ..drafters.prompt_lookup import PromptLookupDrafter
 from ..drafters.staged import FusedDrafter, StagedDrafter
-from ..generate import generate_ids
+from ..run.generate import generate_ids
 from ..metrics.profile import forward_timer
-from ..models import LoadedModel
-from ..record import alpha_of, tokens_per_call
-from ..speculative import speculative_generate
-from ..warping import warp
+from ..engine.models import LoadedModel
+from ..core.record import alpha_of, tokens_per_call
+from ..decode.speculative import speculative_generate
+from ..core.warping import warp
 from .common import records_of, rows_of, run_means
 
 CHUNK = 16  # rows per solve_rows call: R x V float64 tensors stay a few MB

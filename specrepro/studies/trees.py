@@ -7,11 +7,11 @@ from collections.abc import Sequence
 
 import torch
 
-from ..bench import BenchPrompt, BenchResult
-from ..config import DecodeConfig
+from ..run.bench import BenchPrompt, BenchResult
+from ..core.config import DecodeConfig
 from ..drafters.base import Drafter
 from ..metrics.profile import Profile
-from ..speculative import speculative_generate
+from ..decode.speculative import speculative_generate
 from .common import rows_of
 
 

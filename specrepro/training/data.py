@@ -7,7 +7,7 @@ position (survey blog, "Draft Model Distillation"), and the batches every draft 
   ones). Every generated position keeps the target's top-k probabilities and the tail mass, not the full V-row.
   Task-style shards start the user turn with a generic opening (``training.stems``: instructions, word problems,
   code, articles to summarise, two-turn chats) and let the target write the rest, so that the data covers the
-  kinds of request the draft is evaluated on. No prompt of the evaluation suites (``specrepro.prompts``) is ever
+  kinds of request the draft is evaluated on. No prompt of the evaluation suites (``specrepro.core.prompts``) is ever
   shown to the target here.
 - ``Example`` (one sequence with its teacher rows), ``load_data``, ``choose_vocab``; ``DistillBatch`` and
   ``collate``: examples padded into one batch, teacher rows aligned with the positions that predict them.
@@ -26,7 +26,7 @@ from pathlib import Path
 import torch
 from tqdm import tqdm
 
-from ..models import LoadedModel
+from ..engine.models import LoadedModel
 from . import stems
 
 

@@ -40,16 +40,16 @@ import numpy as np
 import torch
 from tqdm import tqdm
 
-from ..autoregressive import autoregressive_generate
-from ..config import DecodeConfig, SamplingConfig
-from ..cost import tau
-from ..decoding import eos_ids, model_device
+from ..decode.autoregressive import autoregressive_generate
+from ..core.config import DecodeConfig, SamplingConfig
+from ..core.cost import tau
+from ..core.decoding import eos_ids, model_device
 from ..drafters import LMDrafter
-from ..executor import ExecutorConfig, executor_arg, run_cells
-from ..prompts import encode_prompt, load_suite
-from ..provenance import atomic_write_text
-from ..record import alpha_of
-from ..speculative import speculative_generate
+from ..core.executor import ExecutorConfig, executor_arg, run_cells
+from ..core.prompts import encode_prompt, load_suite
+from ..core.provenance import atomic_write_text
+from ..core.record import alpha_of
+from ..decode.speculative import speculative_generate
 from .data import Example, collate, generate_with_rows
 from .evaluate import data_agreement
 from .loop import Trainer, train_loop
@@ -308,7 +308,7 @@ def run_study(target: torch.nn.Module, draft: torch.nn.Module, data: StudyData, 
     """Every cell of ``cfg`` (resumable: a cell whose file exists under ``out`` with this config is kept), then the
     table: per cell τ, α, Σ min(p, q) and the relative gain in τ over the baseline ``draft`` (never modified).
 
-    ``executor`` (``specrepro.executor``; default local) runs the cells still to do: one after the other here, or
+    ``executor`` (``specrepro.core.executor``; default local) runs the cells still to do: one after the other here, or
     as Ray tasks. The target's samples and the baseline are made here first; each cell's file is written here as
     the cells before it are done, so the files, and the resume keys, are the same whichever executor ran them.
 
@@ -381,8 +381,8 @@ def gain_grid(result: dict, key: str = "gain") -> tuple[list[str], list[str], np
 
 def main(argv: list[str] | None = None) -> None:
     """``python -m specrepro.training.distillspec --out DIR [--steps N ...]``: the grid on the zoo pair."""
-    from ..cli import Parser, threads as threads_arg
-    from ..models import load_draft, load_model
+    from ..core.cli import Parser, threads as threads_arg
+    from ..engine.models import load_draft, load_model
 
     parser = Parser(prog="python -m specrepro.training.distillspec", description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", required=True, help="folder of the cells (resumed when it holds this configuration)")
@@ -394,7 +394,7 @@ def main(argv: list[str] | None = None) -> None:
                         help="torch threads (here, and of each Ray task: the CPUs it reserves; default 1 there)")
     parser.add_argument("--executor", type=executor_arg, default="local",
                         help="where the cells run: local (default), ray (a local Ray cluster), ray://HOST:PORT or "
-                             "HOST:PORT (a running one); see specrepro.executor")
+                             "HOST:PORT (a running one); see specrepro.core.executor")
     for f in dataclasses.fields(StudyConfig):
         if isinstance(f.default, tuple):
             parser.add_argument(f"--{f.name.replace('_', '-')}", default=",".join(f.default),
@@ -424,5 +424,5 @@ def main(argv: list[str] | None = None) -> None:
 
 
 if __name__ == "__main__":
-    from ..cli import run_main
+    from ..core.cli import run_main
     run_main(main, "python -m specrepro.training.distillspec")

@@ -27,10 +27,10 @@ from pathlib import Path
 
 import torch
 
-from ..decoding import eos_ids
-from ..draft_model import ReducedVocabDraft, draft_from_target, load_draft_model, save_draft
-from ..models import LoadedModel, load_model, resolve_device
-from ..provenance import atomic_write_text, git_state
+from ..core.decoding import eos_ids
+from ..engine.draft_model import ReducedVocabDraft, draft_from_target, load_draft_model, save_draft
+from ..engine.models import LoadedModel, load_model, resolve_device
+from ..core.provenance import atomic_write_text, git_state
 from .data import (ChatFormat, DataConfig, DistillBatch, Example, TaskOpenings, chat_format, choose_vocab, collate,
                    generate_data, load_data, task_openings)
 from .evaluate import (EVAL_SUITES, data_agreement, evaluate_alpha, held_out_prompts, measure_cost_ratio,
@@ -189,5 +189,5 @@ def main(argv: list[str] | None = None, prog: str = "python -m specrepro.trainin
 
 
 if __name__ == "__main__":
-    from ..cli import run_main
+    from ..core.cli import run_main
     run_main(main, "python -m specrepro.training.draft")

@@ -34,7 +34,7 @@ import torch
 from tqdm import tqdm
 
 from ..drafters.eagle import EagleConfig, EagleDraft, save_draft
-from ..models import LoadedModel, load_model, resolve_device
+from ..engine.models import LoadedModel, load_model, resolve_device
 from .data import Example, chat_format, choose_vocab, generate_data, load_data, task_openings
 from .loop import Trainer, begin_run, train_loop, warmup_cosine
 from .medusa import MedusaTrainConfig, data_config
@@ -322,5 +322,5 @@ def main(argv: list[str] | None = None) -> None:
 
 
 if __name__ == "__main__":
-    from ..cli import run_main
+    from ..core.cli import run_main
     run_main(main, "python -m specrepro.training.eagle")

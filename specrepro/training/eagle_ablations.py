@@ -14,7 +14,7 @@ import argparse
 import json
 from pathlib import Path
 
-from ..provenance import atomic_write_text
+from ..core.provenance import atomic_write_text
 
 
 def variant(name: str, record: dict) -> dict:
@@ -53,5 +53,5 @@ def main(argv: list[str] | None = None) -> None:
 
 
 if __name__ == "__main__":
-    from ..cli import run_main
+    from ..core.cli import run_main
     run_main(main, "python -m specrepro.training.eagle_ablations")

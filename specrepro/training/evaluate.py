@@ -8,16 +8,16 @@ import time
 
 import torch
 
-from ..autoregressive import autoregressive_generate
-from ..config import DecodeConfig, SamplingConfig
-from ..draft_model import ReducedVocabDraft
+from ..decode.autoregressive import autoregressive_generate
+from ..core.config import DecodeConfig, SamplingConfig
+from ..engine.draft_model import ReducedVocabDraft
 from ..drafters import LMDrafter
 from ..metrics.profile import forward_timer
-from ..decoding import model_device
-from ..models import LoadedModel
-from ..prompts import encode_prompt, load_suite
-from ..record import alpha_of
-from ..speculative import speculative_generate
+from ..core.decoding import model_device
+from ..engine.models import LoadedModel
+from ..core.prompts import encode_prompt, load_suite
+from ..core.record import alpha_of
+from ..decode.speculative import speculative_generate
 from .data import Example, collate
 from .losses import student_rows
 

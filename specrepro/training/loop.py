@@ -32,7 +32,7 @@ import numpy as np
 import torch
 from tqdm import tqdm
 
-from ..provenance import atomic_write_text, git_revision
+from ..core.provenance import atomic_write_text, git_revision
 
 
 def warmup_cosine(step: int, steps: int, warmup: int = 0, floor: float = 0.0) -> float:

@@ -15,7 +15,7 @@ from typing import Callable
 
 import torch
 
-from ..draft_model import ReducedVocabDraft
+from ..engine.draft_model import ReducedVocabDraft
 from .data import DistillBatch
 
 EPS = 1e-12

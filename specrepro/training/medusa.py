@@ -27,7 +27,7 @@ import torch
 from tqdm import tqdm
 
 from ..drafters.medusa import MedusaConfig, MedusaHeads, save_heads
-from ..models import LoadedModel, load_model, resolve_device
+from ..engine.models import LoadedModel, load_model, resolve_device
 from .data import DataConfig, Example, chat_format, generate_data, load_data, task_openings
 from .loop import Trainer, begin_run, train_loop, warmup_cosine
 
@@ -231,5 +231,5 @@ def main(argv: list[str] | None = None) -> None:
 
 
 if __name__ == "__main__":
-    from ..cli import run_main
+    from ..core.cli import run_main
     run_main(main, "python -m specrepro.training.medusa")

@@ -46,13 +46,13 @@ from dataclasses import dataclass, field
 import torch
 
 from ..acceptance import TREE_RULES, TreeRule
-from ..config import ONLINE_EXAMPLES, DecodeConfig
-from ..decoding import Clock, model_device
-from ..draft_model import ReducedVocabDraft
+from ..core.config import ONLINE_EXAMPLES, DecodeConfig
+from ..core.decoding import Clock, model_device
+from ..engine.draft_model import ReducedVocabDraft
 from ..drafters.base import Drafter
 from ..drafters.online import OnlineDrafter, OnlineSample, SequenceSample
-from ..record import GenerationRecord, alpha_of
-from ..speculative import speculative_generate
+from ..core.record import GenerationRecord, alpha_of
+from ..decode.speculative import speculative_generate
 from .data import Example, collate
 from .loop import Trainer
 from .losses import DIVERGENCES, batch_loss

@@ -32,11 +32,11 @@ from pathlib import Path
 import torch
 from tqdm import tqdm
 
-from ..config import DecodeConfig, SamplingConfig
+from ..core.config import DecodeConfig, SamplingConfig
 from ..drafters.base import Drafter
 from ..drafters.lm import LMDrafter
-from ..prompts import Prompt, load_suite
-from ..provenance import atomic_write_text
+from ..core.prompts import Prompt, load_suite
+from ..core.provenance import atomic_write_text
 from .online import OnlineConfig, online_drafter, serve_stream
 
 DRAFTERS = ("frozen", "online")  # the two runs of every study, in the order they are served
@@ -46,7 +46,7 @@ DRAFTERS = ("frozen", "online")  # the two runs of every study, in the order the
 class StreamSpec:
     """A stream whose task mix shifts: ``per_task`` prompts of each task in turn, and held-out prompts to score."""
 
-    tasks: tuple[str, ...] = ("chat", "humaneval", "math")  # suites of specrepro.prompts, served in this order
+    tasks: tuple[str, ...] = ("chat", "humaneval", "math")  # suites of specrepro.core.prompts, served in this order
     per_task: int = 8  # stream prompts per task: the first ``per_task`` of its suite
     held_out_per_task: int = 3  # the last k prompts of each suite: never served in the stream, α measured on them
     max_new_tokens: int = 48  # per generation

@@ -40,10 +40,10 @@ from transformers import DynamicCache
 
 from ..drafters.ppd import (EPT_MASKS, PPDConfig, PromptTokens, ept_block_mask, load_prompt_tokens,
                             save_prompt_tokens)
-from ..decoding import model_device
-from ..kvcache import drop_last
-from ..models import LoadedModel, load_model, resolve_device
-from ..provenance import atomic_write_text, git_revision
+from ..core.decoding import model_device
+from ..core.kvcache import drop_last
+from ..engine.models import LoadedModel, load_model, resolve_device
+from ..core.provenance import atomic_write_text, git_revision
 from .data import DataConfig, Example, chat_format, generate_data, load_data, task_openings
 from .loop import Checkpoint, Trainer, begin_run, train_loop, warmup_cosine
 from .medusa import MedusaTrainConfig, data_config
@@ -435,5 +435,5 @@ def main(argv: list[str] | None = None) -> None:
 
 
 if __name__ == "__main__":
-    from ..cli import run_main
+    from ..core.cli import run_main
     run_main(main, "python -m specrepro.training.ppd")

@@ -15,10 +15,10 @@ import json
 import sys
 from pathlib import Path
 
-from ..cli import Parser, existing_folder, threads
-from ..executor import ExecutorConfig, executor_arg, run_cells
-from ..models import LoadedModel, load_model, resolve_device
-from ..provenance import atomic_write_text
+from ..core.cli import Parser, existing_folder, threads
+from ..core.executor import ExecutorConfig, executor_arg, run_cells
+from ..engine.models import LoadedModel, load_model, resolve_device
+from ..core.provenance import atomic_write_text
 from .ppd import PPDTrainConfig, train_ppd
 
 # row name -> (the paper's table, settings that differ from the baseline: 3 prompt tokens, 1 EPT, KD, ensemble
@@ -73,7 +73,7 @@ def run_ablations(out: str | Path, data: str | Path, names=tuple(ABLATIONS), ste
                   val_conversations: int = 10, seed: int = 0, threads: int = 2,
                   executor: ExecutorConfig | str | None = None) -> dict:
     """Train (or reuse) each named row; ``out/ablations.json`` gathers every finished row under ``out`` (so
-    several processes may split the rows between them). ``executor`` (``specrepro.executor``; default local)
+    several processes may split the rows between them). ``executor`` (``specrepro.core.executor``; default local)
     trains the rows left one after the other here, or as Ray tasks of ``threads`` CPUs each, each loading the
     target itself; on a cluster of several machines ``out`` and ``data`` must be on a filesystem they share, and
     ``data`` already made (rows made at once would write its shards together)."""
@@ -118,7 +118,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--threads", type=threads, default=2, help="torch threads (of each Ray task: its CPUs)")
     parser.add_argument("--executor", type=executor_arg, default="local",
                         help="where the rows train: local (default), ray (a local Ray cluster), ray://HOST:PORT or "
-                             "HOST:PORT (a running one); see specrepro.executor")
+                             "HOST:PORT (a running one); see specrepro.core.executor")
     args = parser.parse_args(argv)
     names = [n for n in args.rows.split(",") if n]
     unknown = [n for n in names if n not in ABLATIONS]
@@ -131,5 +131,5 @@ def main(argv: list[str] | None = None) -> None:
 
 
 if __name__ == "__main__":
-    from ..cli import run_main
+    from ..core.cli import run_main
     run_main(main, "python -m specrepro.training.ppd_ablations")

@@ -13,14 +13,14 @@ import torch
 
 from specrepro.acceptance import TREE_RULES
 from specrepro.acceptance.bild import BILD_RULE, BiLDParams, bild_rollback
-from specrepro.autoregressive import autoregressive_generate
-from specrepro.config import DecodeConfig, SamplingConfig
+from specrepro.decode.autoregressive import autoregressive_generate
+from specrepro.core.config import DecodeConfig, SamplingConfig
 from specrepro.drafters.bild import BiLDDrafter, draft_confidence
-from specrepro.kvcache import CachedModel
-from specrepro.models import tiny_model
-from specrepro.speculative import speculative_generate
-from specrepro.tree import chain_parents
-from specrepro.warping import sample, warp
+from specrepro.core.kvcache import CachedModel
+from specrepro.engine.models import tiny_model
+from specrepro.decode.speculative import speculative_generate
+from specrepro.core.tree import chain_parents
+from specrepro.core.warping import sample, warp
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 

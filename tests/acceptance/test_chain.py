@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from specrepro.acceptance import greedy_match, speculative_sampling
-from specrepro.warping import sample
+from specrepro.core.warping import sample
 from tests.stats import FALSE_ALARM, chi2_pvalue
 
 N = 20_000

@@ -20,11 +20,11 @@ import torch
 from simulations import mentored as reference
 from specrepro.acceptance import speculative_sampling
 from specrepro.acceptance.mentored import MENTORED_RULE, MentoredParams, mentored, solve_rows
-from specrepro.config import DecodeConfig, SamplingConfig
+from specrepro.core.config import DecodeConfig, SamplingConfig
 from specrepro.drafters.lm import LMDrafter
-from specrepro.speculative import speculative_generate
-from specrepro.tree import chain_parents
-from specrepro.warping import sample, warp
+from specrepro.decode.speculative import speculative_generate
+from specrepro.core.tree import chain_parents
+from specrepro.core.warping import sample, warp
 from tests.helpers import PROMPT, V, optimise_pi, random_chain, v8_model
 from tests.stats import FALSE_ALARM, RUNS, chi2_pvalue, exact_first_two
 

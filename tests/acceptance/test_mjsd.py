@@ -9,14 +9,14 @@ import pytest
 import torch
 
 from specrepro.acceptance.mjsd import MJSD_RULE, MJSDParams, mjsd_joint_threshold
-from specrepro.autoregressive import autoregressive_generate
-from specrepro.config import DecodeConfig, SamplingConfig
+from specrepro.decode.autoregressive import autoregressive_generate
+from specrepro.core.config import DecodeConfig, SamplingConfig
 from specrepro.drafters.beam import BeamDrafter
 from specrepro.drafters.lm import LMDrafter
-from specrepro.models import tiny_model
-from specrepro.speculative import speculative_generate
-from specrepro.tree import chain_parents
-from specrepro.warping import sample, warp
+from specrepro.engine.models import tiny_model
+from specrepro.decode.speculative import speculative_generate
+from specrepro.core.tree import chain_parents
+from specrepro.core.warping import sample, warp
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 V = 6

@@ -22,12 +22,12 @@ from specrepro.acceptance import spectr
 from specrepro.acceptance.spectr import (
     SPECTR_RULE, SpecTrParams, acceptance_probability, kseq_residual, kseq_tree, solve_rho,
 )
-from specrepro.autoregressive import autoregressive_generate
-from specrepro.config import DecodeConfig, SamplingConfig
+from specrepro.decode.autoregressive import autoregressive_generate
+from specrepro.core.config import DecodeConfig, SamplingConfig
 from specrepro.drafters.lm_tree import MultiDraftDrafter, TopKTreeDrafter
-from specrepro.speculative import speculative_generate
-from specrepro.tree import chain_parents, root_path
-from specrepro.warping import sample
+from specrepro.decode.speculative import speculative_generate
+from specrepro.core.tree import chain_parents, root_path
+from specrepro.core.warping import sample
 from tests.helpers import PROMPT, V as LOOP_V, check_cache, v8_model
 from tests.stats import FALSE_ALARM, chi2_pvalue, exact_first_two
 

@@ -18,8 +18,8 @@ from specrepro.acceptance import (
     TREE_RULES, TreeVerdict, TypicalParams, greedy_match, speculative_sampling, tree_greedy, tree_sampling,
     typical_acceptance, typical_thresholds,
 )
-from specrepro.tree import chain_parents, children
-from specrepro.warping import sample
+from specrepro.core.tree import chain_parents, children
+from specrepro.core.warping import sample
 from tests.helpers import random_chain
 from tests.stats import FALSE_ALARM, chi2_pvalue
 

@@ -6,7 +6,7 @@ Each scenario returns what it saw; a ``*_problems`` function says how that break
 list: it holds), so the tests and the report judge alike. Nothing here imports specrepro at import time: the package
 under test is the checkout ``World.root``, run in subprocesses with their working directory there; only
 ``run_in_process`` (the tests' fast path for the bad-input cases: one interpreter instead of a torch import per case)
-imports this checkout's ``specrepro.__main__``.
+imports this checkout's ``specrepro.run.commands``.
 """
 from __future__ import annotations
 
@@ -35,7 +35,7 @@ import json, sys
 from pathlib import Path
 import torch
 from transformers import AutoTokenizer
-from specrepro.models import prepare, tiny_model
+from specrepro.engine.models import prepare, tiny_model
 base = Path(sys.argv[1])
 tokenizer = AutoTokenizer.from_pretrained(prepare("smollm2-135m-instruct"))
 for name, seed in (("target", 0), ("draft", 1)):
@@ -87,7 +87,7 @@ class World:
 
 
 def build_world(root: Path, base: Path, python: str) -> World:
-    """The tiny model folders (by the checkout's own specrepro.models, with the user's cache for the tokenizer) and
+    """The tiny model folders (by the checkout's own specrepro.engine.models, with the user's cache for the tokenizer) and
     the prompts files in ``base``."""
     base.mkdir(parents=True, exist_ok=True)
     res = subprocess.run([python, "-c", BUILD, str(base)], cwd=root, capture_output=True, text=True, timeout=TIMEOUT)
@@ -211,14 +211,14 @@ def run(world: World, argv: list[str], cache: Path, timeout: float = TIMEOUT) ->
 
 
 def run_in_process(world: World, argv: list[str], cache: Path, timeout: float = TIMEOUT) -> Outcome:
-    """``specrepro.__main__.main(argv)`` in this interpreter, with $SPECREPRO_CACHE at ``cache`` and stdout and
+    """``specrepro.run.commands.main(argv)`` in this interpreter, with $SPECREPRO_CACHE at ``cache`` and stdout and
     stderr captured; an exception that escapes ``main`` is written to the captured stderr as its traceback, as the
     interpreter would. ``timeout`` is unused (a bad input fails in well under a second)."""
     import contextlib
     import io
     import traceback
 
-    from specrepro.__main__ import main
+    from specrepro.run.commands import main
 
     out, err, saved = io.StringIO(), io.StringIO(), os.environ.get("SPECREPRO_CACHE")
     os.environ["SPECREPRO_CACHE"] = str(cache)

@@ -2,7 +2,7 @@
 file and line, with no traceback, nothing on stdout and nothing half-written; and the two runs that check --limit
 and a bench after bad input.
 
-Each case runs through ``specrepro.__main__.main`` in this interpreter (a process of its own costs a torch import,
+Each case runs through ``specrepro.run.commands.main`` in this interpreter (a process of its own costs a torch import,
 ~7 s of CPU, per case); a sample of them also runs as a user runs it, ``python -m specrepro ...`` in a fresh
 process, and ``python -m tests.cli.report`` runs every case that way."""
 from __future__ import annotations

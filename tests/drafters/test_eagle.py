@@ -5,10 +5,10 @@ import numpy as np
 import pytest
 import torch
 
-from specrepro.autoregressive import autoregressive_generate
-from specrepro.config import DecodeConfig, SamplingConfig
+from specrepro.decode.autoregressive import autoregressive_generate
+from specrepro.core.config import DecodeConfig, SamplingConfig
 from specrepro.drafters.eagle import EagleConfig, EagleDraft, EagleDrafter, load_draft, save_draft
-from specrepro.speculative import speculative_generate
+from specrepro.decode.speculative import speculative_generate
 from tests.helpers import PROMPT, check_cache, v8_model
 from tests.stats import FALSE_ALARM, chi2_pvalue, exact_first_two
 
@@ -81,7 +81,7 @@ def test_eagle_sampling_is_exact_chi2():
 def test_dynamic_tree_is_a_tree_of_the_asked_size_and_depth(tiny_pair_64):
     """After a verification the dynamic tree has tree_size nodes, parents before children, depth <= γ; the chain
     shape proposes γ tokens in a chain with γ draft forwards."""
-    from specrepro.tree import depths
+    from specrepro.core.tree import depths
     target, _ = tiny_pair_64
     draft, config = random_draft(target)
     for shape, size in (("dynamic", 7), ("chain", 7)):

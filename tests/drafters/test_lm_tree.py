@@ -11,12 +11,12 @@ import pytest
 import torch
 
 from specrepro.acceptance import TREE_RULES, TreeVerdict
-from specrepro.autoregressive import autoregressive_generate
-from specrepro.config import DecodeConfig, SamplingConfig
+from specrepro.decode.autoregressive import autoregressive_generate
+from specrepro.core.config import DecodeConfig, SamplingConfig
 from specrepro.drafters import Drafter, Proposal
 from specrepro.drafters.lm_tree import MultiDraftDrafter, TopKTreeDrafter
-from specrepro.speculative import speculative_generate
-from specrepro.warping import sample
+from specrepro.decode.speculative import speculative_generate
+from specrepro.core.warping import sample
 from tests.helpers import PROMPT, V, check_cache, v8_model
 from tests.stats import FALSE_ALARM, RUNS, chi2_pvalue, exact_first_two
 

@@ -5,14 +5,14 @@ import numpy as np
 import pytest
 import torch
 
-from specrepro.autoregressive import autoregressive_generate
-from specrepro.config import DecodeConfig, SamplingConfig
+from specrepro.decode.autoregressive import autoregressive_generate
+from specrepro.core.config import DecodeConfig, SamplingConfig
 from specrepro.training.data import Example
 from specrepro.drafters.medusa import (MedusaConfig, MedusaDrafter, MedusaHeads, hardware_tree_size, head_logits,
                                        random_paths,
                                        load_heads, paths_to_parents, save_heads, sparse_tree)
-from specrepro.models import tiny_model
-from specrepro.speculative import speculative_generate
+from specrepro.engine.models import tiny_model
+from specrepro.decode.speculative import speculative_generate
 from specrepro.training.medusa import batch_loss, one_head_logits, positions, topk_accuracy
 from tests.helpers import PROMPT, V, check_cache, loaded, v8_model
 from tests.stats import FALSE_ALARM, chi2_pvalue, exact_first_two
@@ -141,8 +141,8 @@ def test_training_pieces_on_a_synthetic_teacher():
 
 
 def test_medusa_in_the_bench_predicts_from_tree_sizes(tmp_path):
-    from specrepro.bench import BenchConfig, BenchPrompt, run_bench
-    from specrepro.bench_summary import predicted_for_trees
+    from specrepro.run.bench import BenchConfig, BenchPrompt, run_bench
+    from specrepro.run.bench_summary import predicted_for_trees
     from specrepro.metrics.profile import Profile
     target = loaded(tiny_model(vocab_size=64, n_layers=2, hidden=32, seed=2))
     prompts = [BenchPrompt("a", [5, 7, 9, 11, 5, 7]), BenchPrompt("b", [3, 4, 3, 4, 3])]

@@ -15,14 +15,14 @@ import numpy as np
 import pytest
 import torch
 
-from specrepro.autoregressive import autoregressive_generate
-from specrepro.config import DecodeConfig, SamplingConfig
+from specrepro.decode.autoregressive import autoregressive_generate
+from specrepro.core.config import DecodeConfig, SamplingConfig
 from specrepro.drafters import NGramDrafter, NGramTable, PromptLookupDrafter, fit_ngram
-from specrepro.generate import generate_ids
+from specrepro.run.generate import generate_ids
 from specrepro.methods import drafter_for
-from specrepro.models import LoadedModel
-from specrepro.speculative import speculative_generate
-from specrepro.warping import sample
+from specrepro.engine.models import LoadedModel
+from specrepro.decode.speculative import speculative_generate
+from specrepro.core.warping import sample
 from tests.helpers import PROMPT, V, v8_model
 from tests.stats import FALSE_ALARM, chi2_pvalue, exact_first_two, first_two_counts
 

@@ -7,19 +7,19 @@ import numpy as np
 import pytest
 import torch
 
-from specrepro import tree
+from specrepro.core import tree
 from specrepro.acceptance import TREE_RULES
-from specrepro.autoregressive import autoregressive_generate
-from specrepro.config import DecodeConfig, SamplingConfig
+from specrepro.decode.autoregressive import autoregressive_generate
+from specrepro.core.config import DecodeConfig, SamplingConfig
 from specrepro.training.data import Example
 from specrepro.drafters.base import StepFeedback
 from specrepro.drafters.ppd import (PPDConfig, PPDDrafter, PromptTokens, choose_tree_size, dynamic_tree,
                                     ept_block_mask, hardware_tree_size, input_lengths, layout, load_prompt_tokens,
                                     save_prompt_tokens, tree_speed)
-from specrepro.kvcache import CachedModel
+from specrepro.core.kvcache import CachedModel
 from specrepro.methods import REGISTRY
-from specrepro.models import tiny_model
-from specrepro.speculative import speculative_generate
+from specrepro.engine.models import tiny_model
+from specrepro.decode.speculative import speculative_generate
 from specrepro.training.ppd import (PPDTrainConfig, Student, loss_for, run_prefix, student_logits, topk_accuracy)
 from tests.helpers import PROMPT, V, check_cache, v8_model
 from tests.stats import FALSE_ALARM, chi2_pvalue, exact_first_two
@@ -190,7 +190,7 @@ def test_dtype_auto_weighs_a_tree_method_by_its_tree_forward(tmp_path, monkeypat
     """--dtype auto for PPD compares dtypes by L_fp(tree input)/τ at each dtype's hardware-aware size, not as a
     c = 0 chain: a dtype whose forward is flat in n wins although its one-token step is slower."""
     from specrepro.metrics.profile import choose_dtype
-    from specrepro.plan import tree_cost
+    from specrepro.run.plan import tree_cost
 
     folder = save_prompt_tokens(PromptTokens(H, 3, 1, init=torch.randn(3, H)),
                                 PPDConfig(hidden_size=H, rank_probs=RANKS), tmp_path / "p")
@@ -282,8 +282,8 @@ def test_the_loss_falls_and_accuracies_are_measured(kd):
 
 def test_ppd_in_the_bench_predicts_from_input_lengths(tmp_path):
     from tests.helpers import loaded
-    from specrepro.bench import BenchConfig, BenchPrompt, run_bench
-    from specrepro.bench_summary import predicted_for_trees
+    from specrepro.run.bench import BenchConfig, BenchPrompt, run_bench
+    from specrepro.run.bench_summary import predicted_for_trees
     from specrepro.metrics.profile import Profile
     target = loaded(tiny_model(vocab_size=64, n_layers=2, hidden=H, seed=2))
     prompts = [BenchPrompt("a", [5, 7, 9, 11, 5, 7]), BenchPrompt("b", [3, 4, 3, 4, 3])]
@@ -362,7 +362,7 @@ def test_multi_exit_and_custom_head():
 
 
 def test_bench_variants_take_a_tree_size_and_a_rule():
-    from specrepro.bench import Variant
+    from specrepro.run.bench import Variant
     v = Variant.parse("ppd:t20:typical:bf16", None, 3)
     assert (v.method.name, v.tree_size, v.acceptance, v.dtype) == ("ppd", 20, "typical", "bf16")
     assert Variant.parse("medusa", None, 3).acceptance is None

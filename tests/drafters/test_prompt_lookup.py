@@ -6,11 +6,11 @@ import numpy as np
 import pytest
 import torch
 
-from specrepro.autoregressive import autoregressive_generate
-from specrepro.config import DecodeConfig, SamplingConfig
+from specrepro.decode.autoregressive import autoregressive_generate
+from specrepro.core.config import DecodeConfig, SamplingConfig
 from specrepro.drafters import PromptLookupDrafter
 from specrepro.drafters.prompt_lookup import lookup
-from specrepro.speculative import speculative_generate
+from specrepro.decode.speculative import speculative_generate
 from tests.helpers import v8_model
 
 pytestmark = pytest.mark.usefixtures("one_thread")

@@ -16,14 +16,14 @@ import pytest
 import torch
 
 from specrepro.acceptance import TREE_RULES, TreeVerdict
-from specrepro.autoregressive import autoregressive_generate
-from specrepro.config import DecodeConfig, SamplingConfig
+from specrepro.decode.autoregressive import autoregressive_generate
+from specrepro.core.config import DecodeConfig, SamplingConfig
 from specrepro.drafters import (
     Drafter, LMDrafter, NGramDrafter, PromptLookupDrafter, Proposal, fit_ngram,
 )
 from specrepro.drafters.staged import FROM_DRAFT, FROM_INNER, FROM_LOOKUP, FROM_TARGET, FusedDrafter, StagedDrafter
-from specrepro.speculative import speculative_generate
-from specrepro.warping import one_hot, sample, warp
+from specrepro.decode.speculative import speculative_generate
+from specrepro.core.warping import one_hot, sample, warp
 from tests.helpers import PROMPT, V, v8_model
 from tests.stats import FALSE_ALARM, chi2_pvalue, exact_first_two, first_two_counts
 

@@ -13,13 +13,13 @@ import functools
 import pytest
 import torch
 
-from specrepro.bench import BenchConfig, BenchPrompt, run_bench
+from specrepro.run.bench import BenchConfig, BenchPrompt, run_bench
 from specrepro.drafters import fit_ngram
 from specrepro.drafters.eagle import EagleConfig, EagleDraft, save_draft
 from specrepro.drafters.medusa import MedusaConfig, MedusaHeads, save_heads
 from specrepro.drafters.ppd import PPDConfig, PromptTokens, save_prompt_tokens
 from specrepro.methods import METHODS, REGISTRY, Loop
-from specrepro.models import SELF_DRAFTS, LoadedModel, tiny_model
+from specrepro.engine.models import SELF_DRAFTS, LoadedModel, tiny_model
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 

@@ -13,13 +13,13 @@ import math
 import pytest
 import torch
 
-from specrepro.__main__ import build_parser, main, sampling_from
-from specrepro.bench import BenchConfig, BenchPrompt, Variant, run_bench
-from specrepro.config import PRESETS, DecodeConfig, SamplingConfig
+from specrepro.run.commands import build_parser, main, sampling_from
+from specrepro.run.bench import BenchConfig, BenchPrompt, Variant, run_bench
+from specrepro.core.config import PRESETS, DecodeConfig, SamplingConfig
 from specrepro.methods import REGISTRY, method
-from specrepro.generate import generate_ids
+from specrepro.run.generate import generate_ids
 from specrepro.metrics.quality import perplexity
-from specrepro.models import LoadedModel, layer_skip_draft, tiny_model
+from specrepro.engine.models import LoadedModel, layer_skip_draft, tiny_model
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 

@@ -13,15 +13,15 @@ import numpy as np
 import pytest
 import torch
 
-from specrepro.__main__ import build_parser, main
+from specrepro.run.commands import build_parser, main
 from specrepro.acceptance import TREE_RULES
-from specrepro.bench import DTYPE_FIELDS, BenchConfig, Variant, check_config
-from specrepro.config import DecodeConfig, SamplingConfig
-from specrepro.generate import generate_ids
+from specrepro.run.bench import DTYPE_FIELDS, BenchConfig, Variant, check_config
+from specrepro.core.config import DecodeConfig, SamplingConfig
+from specrepro.run.generate import generate_ids
 from specrepro.methods import (HF_METHODS, METHODS, REGISTRY, Cost, Loop, Method, Needs, method, methods_table,
                                parameter_fields)
 from specrepro.methods.greedy_draft import TopKDrafter
-from specrepro.models import LoadedModel
+from specrepro.engine.models import LoadedModel
 from tests.helpers import PROMPT, v8_model
 from tests.stats import FALSE_ALARM, RUNS, chi2_pvalue, exact_first_two, first_two_counts
 

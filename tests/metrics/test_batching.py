@@ -8,7 +8,7 @@ import torch
 
 from specrepro.metrics.batching import BatchedPrefix, BatchingResult, batch_contexts, measure_batching
 from specrepro.metrics.energy import EnergyMeter, UnavailableMeter
-from specrepro.models import tiny_model
+from specrepro.engine.models import tiny_model
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 

@@ -10,11 +10,11 @@ import torch
 
 import simulations as sim
 from specrepro import DecodeConfig, generate_ids
-from specrepro.adaptive import AdaptiveGamma, FixedGamma
+from specrepro.decode.adaptive import AdaptiveGamma, FixedGamma
 from specrepro.drafters import LMDrafter, PromptLookupDrafter
 from specrepro.metrics import profile as prof
 from specrepro.metrics.profile import Latency, choose_dtype, load_profile, measure, save_profile
-from specrepro.models import tiny_model
+from specrepro.engine.models import tiny_model
 from tests.helpers import fake_profile, loaded, profile_key
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -117,7 +117,7 @@ def test_get_profile_reuses_only_a_profile_of_the_same_key(tmp_path, monkeypatch
     def fake_load(name, dtype=None, device=None):
         calls.append((name, dtype))
         return loaded(tiny_model(vocab_size=32, n_layers=1, hidden=16))
-    monkeypatch.setattr("specrepro.models.load_model", fake_load)
+    monkeypatch.setattr("specrepro.engine.models.load_model", fake_load)
     first = prof.get_profile("tiny", None, "fp32", device="cpu", threads=1, repeats=1, log=open("/dev/null", "w"))
     again = prof.get_profile("tiny", None, "fp32", device="cpu", threads=1, repeats=1)
     assert again == first and len(calls) == 1
@@ -161,7 +161,7 @@ def test_calibrate_adds_the_roofline_and_the_peer_and_upgrades_an_old_cached_pro
     def fake_load(name, dtype=None, device=None):
         loads.append(name)
         return loaded(tiny_model(vocab_size=32, n_layers=1, hidden=16))
-    monkeypatch.setattr("specrepro.models.load_model", fake_load)
+    monkeypatch.setattr("specrepro.engine.models.load_model", fake_load)
     quiet = open("/dev/null", "w")
     plain = prof.get_profile("tiny", None, "fp32", device="cpu", threads=1, repeats=1, context_tokens=24, log=quiet)
     m = plain.machine
@@ -197,7 +197,7 @@ def test_the_gemm_roofline_measures_a_rate():
 
 def test_interrupted_calibration_leaves_no_profile(tmp_path, monkeypatch):
     monkeypatch.setenv("SPECREPRO_CACHE", str(tmp_path))
-    monkeypatch.setattr("specrepro.models.load_model", lambda *a, **k: loaded(tiny_model(vocab_size=32, hidden=16)))
+    monkeypatch.setattr("specrepro.engine.models.load_model", lambda *a, **k: loaded(tiny_model(vocab_size=32, hidden=16)))
     real = prof.measure
 
     def interrupted(*args, **kwargs):

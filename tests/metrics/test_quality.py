@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from specrepro.metrics.quality import Perplexity, bleu_chrf, perplexity, rouge_l
-from specrepro.prompts import load_suite
+from specrepro.core.prompts import load_suite
 
 # --- perplexity, MJSD Eq. (1) -----------------------------------------------------------------------
 

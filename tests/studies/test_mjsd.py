@@ -7,7 +7,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from specrepro.bench import BenchConfig, BenchPrompt, BenchResult, run_bench
+from specrepro.run.bench import BenchConfig, BenchPrompt, BenchResult, run_bench
 from specrepro.studies import mjsd
 from tests.helpers import loaded
 

@@ -8,9 +8,9 @@ import numpy as np
 import pytest
 import torch
 
-from specrepro.bench import BenchPrompt, BenchResult
-from specrepro.config import DecodeConfig, SamplingConfig
-from specrepro.generate import generate_ids
+from specrepro.run.bench import BenchPrompt, BenchResult
+from specrepro.core.config import DecodeConfig, SamplingConfig
+from specrepro.run.generate import generate_ids
 from specrepro.studies import survey
 from tests.helpers import loaded
 

@@ -9,8 +9,8 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from specrepro.draft_model import draft_from_target
-from specrepro.models import tiny_model
+from specrepro.engine.draft_model import draft_from_target
+from specrepro.engine.models import tiny_model
 from specrepro.training import data, distillspec, evaluate, losses
 
 V = 32

@@ -7,8 +7,8 @@ import json
 import pytest
 import torch
 
-from specrepro.draft_model import draft_from_target
-from specrepro.models import tiny_model
+from specrepro.engine.draft_model import draft_from_target
+from specrepro.engine.models import tiny_model
 from specrepro.training import distillspec as ds
 from specrepro.training.distillspec import StudyConfig, StudyData
 

@@ -6,18 +6,18 @@ import math
 import pytest
 import torch
 
-from specrepro.autoregressive import autoregressive_generate
-from specrepro.config import DecodeConfig, SamplingConfig
+from specrepro.decode.autoregressive import autoregressive_generate
+from specrepro.core.config import DecodeConfig, SamplingConfig
 from specrepro.training.data import (ChatFormat, Example, TaskOpenings, chat_format, generate_data, generate_shard,
                                      generate_task_shard, task_kind)
 from specrepro.training.draft import DistillConfig, distill
 from specrepro.training.evaluate import data_agreement, teacher_forced_agreement
 from specrepro.training.losses import DIVERGENCES, coarsen, fkl, jsd, rkl, tvd
 from specrepro.training.stems import TASK_KINDS
-from specrepro.draft_model import draft_from_target, load_draft_model, save_draft
+from specrepro.engine.draft_model import draft_from_target, load_draft_model, save_draft
 from specrepro.drafters import LMDrafter
-from specrepro.models import LoadedModel, check_pair, load_model, tiny_model
-from specrepro.speculative import speculative_generate
+from specrepro.engine.models import LoadedModel, check_pair, load_model, tiny_model
+from specrepro.decode.speculative import speculative_generate
 
 P = torch.tensor([0.5, 0.3, 0.2, 0.0])
 Q = torch.tensor([0.25, 0.25, 0.25, 0.25])
@@ -165,7 +165,7 @@ def test_tiny_end_to_end_distill(tmp_path):
 
 
 def test_shipped_draft_loads_from_the_zoo():
-    from specrepro.models import ZOO, prepare
+    from specrepro.engine.models import ZOO, prepare
     folder = prepare("smollm2-135m-draft")  # shipped in the repo: a missing file must fail, not skip
     draft = load_model("smollm2-135m-draft", device="cpu")
     assert draft.vocab_size == 49152 and draft.tokenizer is not None

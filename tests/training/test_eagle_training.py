@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from specrepro.drafters.eagle import EagleConfig, EagleDraft, causal
-from specrepro.models import tiny_model
+from specrepro.engine.models import tiny_model
 from specrepro.training.data import Example
 from specrepro.training.eagle import (Features, held_out_ranks, sequence_loss, target_features, unroll,
                                       unroll_masks)

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 import torch
 
-from specrepro.provenance import git_revision, git_state
+from specrepro.core.provenance import git_revision, git_state
 from specrepro.training.loop import Checkpoint, PhaseTimer, Trainer, begin_run, train_loop, warmup_cosine
 
 

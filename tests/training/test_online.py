@@ -16,16 +16,16 @@ import numpy as np
 import pytest
 import torch
 
-from specrepro.autoregressive import autoregressive_generate
-from specrepro.config import DecodeConfig, SamplingConfig
-from specrepro.draft_model import draft_from_target
+from specrepro.decode.autoregressive import autoregressive_generate
+from specrepro.core.config import DecodeConfig, SamplingConfig
+from specrepro.engine.draft_model import draft_from_target
 from specrepro.drafters import LMDrafter, Proposal
 from specrepro.drafters.online import OnlineDrafter, OnlineSample, SequenceSample
-from specrepro.speculative import speculative_generate
+from specrepro.decode.speculative import speculative_generate
 from specrepro.training.losses import DIVERGENCES
 from specrepro.training.online import (OnlineBuffer, OnlineConfig, OnlineLearner, example_of, online_drafter,
                                        serve_stream)
-from specrepro.warping import warp
+from specrepro.core.warping import warp
 from tests.helpers import PROMPT, V, v8_model
 from tests.stats import FALSE_ALARM, RUNS, chi2_pvalue, exact_first_two
 
@@ -74,9 +74,9 @@ def test_the_online_flags_reach_the_drafter(pair):
     --method online, which trains an fp32 copy of the draft it is given."""
     import argparse
 
-    from specrepro.__main__ import add_decode_args, params_from
+    from specrepro.run.commands import add_decode_args, params_from
     from specrepro.methods import drafter_for, method
-    from specrepro.models import LoadedModel
+    from specrepro.engine.models import LoadedModel
 
     parser = argparse.ArgumentParser()
     add_decode_args(parser)

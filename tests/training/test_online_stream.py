@@ -13,8 +13,8 @@ import math
 import pytest
 import torch
 
-from specrepro.models import tiny_model
-from specrepro.prompts import Prompt, load_suite
+from specrepro.engine.models import tiny_model
+from specrepro.core.prompts import Prompt, load_suite
 from specrepro.training.online import OnlineConfig
 from specrepro.training.online_stream import (DRAFTERS, StreamSpec, alpha_by_task, build_stream, held_out_table,
                                               paired_difference, rolling_alpha, run_stream_study, trainable_copy,

@@ -9,7 +9,7 @@ verifies a zero-cost drafter's proposal with the draft in the target's place). I
 2. warp: p = the verifier's warped rows [N+1, V]; q = the proposal's rows, or one-hot for a deterministic drafter;
 3. rule: a pure function on tensors, on the host, its N+1 uniforms drawn from the caller's (CPU) generator
    (``specrepro.acceptance``) -> the accepted root path and the recovered/bonus token.
-   Steps 2-3 are ``decide``, which the batched loop (``specrepro.batched``) runs for its rows too: one path from
+   Steps 2-3 are ``decide``, which the batched loop (``specrepro.decode.batched``) runs for its rows too: one path from
    logits to verdict at every batch size;
 4. keep the path: the verifier's cache keeps exactly the accepted nodes (``CachedModel.keep_path``).
 
@@ -22,7 +22,6 @@ from typing import Callable, NamedTuple, Sequence
 
 import torch
 
-from .acceptance import TreeRule
 from .config import SamplingConfig
 from .decoding import Clock
 from .kvcache import CachedModel
@@ -43,11 +42,12 @@ class Verdict:
 
 
 def verify(model: CachedModel, ids: list[int], proposal: Proposal, sampling: SamplingConfig,
-           rule: TreeRule | Callable, generator: torch.Generator, score: Scorer,
+           rule: Callable, generator: torch.Generator, score: Scorer,
            clock: Clock | None = None) -> Verdict:
     """Verify ``proposal`` after the committed ``ids`` with ``model`` (batch size 1); see the module docstring.
 
-    ``rule(p [N+1, V], q [N, V], tokens [N], parents [N], uniforms [N+1]) -> (path, next_token)``.
+    ``rule(p [N+1, V], q [N, V], tokens [N], parents [N], uniforms [N+1]) -> (path, next_token)``: a
+    ``specrepro.acceptance.TreeRule`` (this layer sits below the rules and takes one as a callable).
     """
     # 1. Score.
     start = clock.now() if clock is not None else 0.0
@@ -70,7 +70,7 @@ class Decision(NamedTuple):
 
 
 def decide(logits: Sequence[torch.Tensor], proposals: Sequence[Proposal], sampling: SamplingConfig,
-           rule: TreeRule | Callable, generators: Sequence[torch.Generator]) -> list[Decision]:
+           rule: Callable, generators: Sequence[torch.Generator]) -> list[Decision]:
     """Steps 2-3 of verification for B rows (B = 1 in ``verify``; the batched loop's active rows): row b's
     ``logits[b]`` [≥ N_b+1, V] (its first N_b+1 rows are its own: the batched loop pads with dummy nodes), its
     proposal and its generator.

@@ -9,7 +9,7 @@ likelihood ``log p(x_1:t | prefix) = Σ_i log p(x_i | prefix, x_<i)`` are kept. 
   approximate the argmax sampling from the joint distribution"). Deterministic; M = 1 is greedy decoding.
 - ``beam_sample``: the paper's beam *sample* (Algorithm 1 line 2, §2.1 "M tokens are then sampled from
   p(·|x_1:t−1^(m)) for each sequence m and the top M sequences with the highest likelihood p(x_1:t|prefix) will be
-  kept"). Each beam draws M distinct tokens from its *warped* distribution (``specrepro.warping``; without
+  kept"). Each beam draws M distinct tokens from its *warped* distribution (``specrepro.core.warping``; without
   replacement, so a beam's candidates differ), and candidates are ranked by the joint likelihood under those same
   warped rows, the q(x_1:i | input) that Algorithm 1 verifies. At T = 0 a warped row is one-hot, so every beam but
   the argmax chain has likelihood 0: beam sampling at T = 0 is greedy decoding, for any M.

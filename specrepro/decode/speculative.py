@@ -1,8 +1,8 @@
 """The one verification loop: propose, verify the proposal tree in one target forward, commit, record.
 
 Every speculative method in the package is a ``Drafter`` plus an acceptance rule plugged in here. A proposal is
-a token tree (``specrepro.tree``); classic speculative decoding proposes a chain, the tree whose every node has
-one child, so it runs through the same steps. One verification step (``specrepro.verify``, also the staged
+a token tree (``specrepro.core.tree``); classic speculative decoding proposes a chain, the tree whose every node has
+one child, so it runs through the same steps. One verification step (``specrepro.core.verify``, also the staged
 drafter's inner level) scores the newest committed token and the N nodes in one target forward through the
 drafter's scorer (tree attention, ``CachedModel.logits_for_tree``), lets a pure rule pick the accepted root path
 and the next token (``specrepro.acceptance``), and keeps exactly that path in the target's cache.
@@ -13,14 +13,14 @@ from typing import Callable
 
 import torch
 
-from .acceptance import TREE_RULES, TreeRule
+from ..acceptance import TREE_RULES, TreeRule
 from .adaptive import FixedGamma, GammaPolicy
-from .config import DecodeConfig
-from .decoding import commit, start_run
-from .drafters.base import Drafter, Proposal, StepFeedback
-from .kvcache import CachedModel
-from .record import GenerationRecord
-from .verify import Verdict, verify
+from ..core.config import DecodeConfig
+from ..core.decoding import commit, start_run
+from ..drafters.base import Drafter, Proposal, StepFeedback
+from ..core.kvcache import CachedModel
+from ..core.record import GenerationRecord
+from ..core.verify import Verdict, verify
 
 
 def speculative_generate(target: torch.nn.Module, drafter: Drafter, prompt_ids: list[int], config: DecodeConfig,

@@ -38,13 +38,13 @@ from typing import Iterator
 import torch
 from transformers import GenerationMixin, LlamaPreTrainedModel
 
-from .config import DecodeConfig
-from .decoding import Clock, check_prompt, model_device
-from .draft_model import ReducedVocabDraft
-from .methods import HF_METHODS, Cost, Loop, Method
-from .methods import method as get_method
-from .models import LoadedModel
-from .record import GenerationRecord
+from ..core.config import DecodeConfig
+from ..core.decoding import Clock, check_prompt, model_device
+from ..engine.draft_model import ReducedVocabDraft
+from ..methods import HF_METHODS, Cost, Loop, Method
+from ..methods import method as get_method
+from ..engine.models import LoadedModel
+from ..core.record import GenerationRecord
 
 
 

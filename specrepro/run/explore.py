@@ -32,10 +32,10 @@ from matplotlib.figure import Figure
 import simulations as sim
 
 from . import plots
-from .drafters.base import Drafter
-from .record import tokens_per_call
+from ..drafters.base import Drafter
+from ..core.record import tokens_per_call
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 BENCH_DIR = REPO / "figures" / "bench"  # the committed hand-run benches (figures/bench/<name>/summary.csv)
 PROFILE_FOOTER = "explorer"  # the footer's profile field: live figures, not a make-figures profile
 CHAIN_METHODS = ("speculative", "prompt-lookup")  # bench rows whose α and γ the chain theory predicts
@@ -258,7 +258,7 @@ def _inside(fig: Figure, footer: plots.Footer) -> None:
 
 @functools.lru_cache(maxsize=1)
 def _commit() -> str:
-    from .provenance import git_revision
+    from ..core.provenance import git_revision
     revision = git_revision(ignore=("figures", "notebooks/executed"), root=REPO)
     return revision[:10] + revision[40:]
 
@@ -565,7 +565,7 @@ def token_sources(steps: list[tuple[list[int], list[int]]], n_tokens: int) -> li
 
 @functools.lru_cache(maxsize=2)
 def _models(dtype: str):
-    from .models import load_draft, load_model
+    from ..engine.models import load_draft, load_model
     target = load_model(TARGET, dtype=dtype)
     return target, load_draft(DRAFT, target)
 
@@ -574,9 +574,9 @@ def run_traced(method_name: str, prompt: str, *, temperature: float = 0.0, gamma
                max_new_tokens: int = 48, dtype: str = "fp32", seed: int = 0, ctrl: Controls | None = None) -> Trace:
     """Run ``method_name`` (one of RUN_METHODS) on the offline pair and ``prompt``, after plain decoding of the same
     prompt (the baseline of the measured speedup); the prediction uses ``ctrl``'s costs (β(n), c)."""
-    from .config import SamplingConfig
+    from ..core.config import SamplingConfig
     from .generate import generate
-    from .methods import Needs, method
+    from ..methods import Needs, method
 
     if method_name not in RUN_METHODS:
         raise ValueError(f"the run panel runs one of {RUN_METHODS}, got {method_name!r}")
@@ -651,7 +651,7 @@ def trace_figure(trace: Trace) -> Figure:
     right.axvline(1.0, color="black", lw=0.8)
     right.set(xlabel="speedup over AR (tokens/s ratio, same prompt)")
     plots.title(right, plots.BOTH, "measured beside predicted")
-    from .models import default_device
+    from ..engine.models import default_device
     _inside(fig, plots.Footer(plots.BOTH, model=f"target {TARGET}, draft {DRAFT}",
                                         device=str(default_device()), dtype=trace.record.get("provenance", {})
                                         .get("dtype", "?"), profile=PROFILE_FOOTER, commit=_commit(),

@@ -1,7 +1,7 @@
 """The contract between proposers and the verifier (vLLM's ``interfaces.py``): what a drafter proposes
 (``Proposal``: a token tree and its q), what scoring it gives (``Scores``, through a ``Scorer``; ``score_tree`` is
 the default, the verifier's own tree forward) and what one verification step tells the drafter back
-(``StepFeedback``). Plain data: the drafters (``specrepro.drafters``) and the verification step (``specrepro.verify``)
+(``StepFeedback``). Plain data: the drafters (``specrepro.drafters``) and the verification step (``specrepro.core.verify``)
 both import it, so neither imports the other.
 """
 from __future__ import annotations

@@ -45,9 +45,9 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .cli import check_writable, positive_int
-from .config import MethodParams
-from .methods import Method, check_parameters_taken, method, parameter_fields
+from ..core.cli import check_writable, positive_int
+from ..core.config import MethodParams
+from ..methods import Method, check_parameters_taken, method, parameter_fields
 
 ENGINES = ("vllm", "sglang")
 DEFAULT_TARGET, DEFAULT_GAMMA = "smollm2-135m-instruct", 4  # as the other commands' --target and --gamma
@@ -245,7 +245,7 @@ def run_from_result(path: str | Path, label: str | None = None, engine: str | No
 def engine_model(name: str | None) -> str | None:
     """What an engine can load for a model named here: a zoo entry's hub id, a hub id, a folder with a Hugging
     Face ``config.json``; None for specrepro's own formats (the zoo's drafts and heads, ``layers:K``)."""
-    from .models import ZOO
+    from ..engine.models import ZOO
 
     if name is None or name.startswith("layers:"):
         return None
@@ -276,7 +276,7 @@ def _engine_draft(engine: str, run: Run, engine_draft: str | None, what: str) ->
 def _weights_config(run: Run, kind: str, file: str) -> dict | None:
     """Our self-drafting weights' config (JSON only, no tensors) for their tree settings, or None where --draft
     names no weights of ours (an engine's hub id)."""
-    from .models import self_draft_folder
+    from ..engine.models import self_draft_folder
 
     try:
         folder = self_draft_folder(kind, run.draft, run.target)
@@ -298,7 +298,7 @@ def _draft_model(engine: str, run: Run, engine_draft: str | None, eagle3: bool) 
 
 
 def _ngram(engine: str, run: Run, engine_draft: str | None, eagle3: bool) -> tuple[dict, list[str]]:
-    from .drafters.prompt_lookup import PromptLookupDrafter
+    from ..drafters.prompt_lookup import PromptLookupDrafter
 
     ours = PromptLookupDrafter()  # the n-gram sizes our prompt lookup matches (its defaults)
     if engine == "vllm":
@@ -310,7 +310,7 @@ def _ngram(engine: str, run: Run, engine_draft: str | None, eagle3: bool) -> tup
 
 
 def _medusa(engine: str, run: Run, engine_draft: str | None, eagle3: bool) -> tuple[dict, list[str]]:
-    from .drafters.medusa import MEDUSA_CONFIG
+    from ..drafters.medusa import MEDUSA_CONFIG
 
     ours = _weights_config(run, "medusa heads", MEDUSA_CONFIG)
     heads = ours.get("num_heads") if ours else None
@@ -326,7 +326,7 @@ def _medusa(engine: str, run: Run, engine_draft: str | None, eagle3: bool) -> tu
 
 
 def _eagle(engine: str, run: Run, engine_draft: str | None, eagle3: bool) -> tuple[dict, list[str]]:
-    from .drafters import eagle, medusa
+    from ..drafters import eagle, medusa
 
     shape, notes = run.params.tree_shape, []
     if engine == "sglang" and shape == "static":
@@ -490,7 +490,7 @@ def gamma_value(value: str) -> int | str:
 def add_parser(sub) -> None:
     """The ``export-config`` subcommand (``python -m specrepro export-config --help``)."""
     p = sub.add_parser("export-config", help="vLLM's speculative_config or SGLang's --speculative-* flags for a method "
-                                             "of ours (specrepro.export_config)")
+                                             "of ours (specrepro.run.export_config)")
     p.add_argument("--engine", required=True, choices=ENGINES)
     p.add_argument("--method", default=None,
                    help="a bench label: speculative:g5, prompt-lookup, medusa, eagle:shapestatic:t12, ... "
@@ -547,7 +547,7 @@ def cmd_export_config(args: argparse.Namespace) -> int:
     if args.out is None:
         sys.stdout.write(text)
         return 0
-    from .provenance import atomic_write_text
+    from ..core.provenance import atomic_write_text
 
     atomic_write_text(Path(args.out), text)
     print(f"wrote {args.out}; serve with:\n{result.command}")

@@ -39,7 +39,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, Sequence
 
 if TYPE_CHECKING:  # annotations only: prompts stay below the models
-    from .models import LoadedModel
+    from ..engine.models import LoadedModel
 
 Message = tuple[str, str]  # (role, content); role is "system", "user" or "assistant"
 Messages = Sequence[Message]

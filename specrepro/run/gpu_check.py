@@ -1,6 +1,6 @@
 """``make gpu-check``: the package's CUDA paths, run once on a GPU in under 8 minutes (issue 38, item 6).
 
-    python -m specrepro.gpu_check [--device cuda] [--quick] [--out DIR] [--parts methods,batch,...]
+    python -m specrepro.run.gpu_check [--device cuda] [--quick] [--out DIR] [--parts methods,batch,...]
 
 Parts, each run even when one before it failed (its row says FAIL and the error's last line):
 
@@ -84,8 +84,8 @@ class CheckConfig:
         bad = [p for p in self.parts if p not in PARTS]
         if bad or not self.parts:
             raise ValueError(f"--parts: choose among {', '.join(PARTS)}, got {', '.join(self.parts) or 'none'}")
-        from .methods import OUR_METHODS
-        from .models import DTYPES
+        from ..methods import OUR_METHODS
+        from ..engine.models import DTYPES
         bad = [m for m in self.methods or () if m not in OUR_METHODS]
         if bad:
             raise ValueError(f"--methods: choose among {', '.join(OUR_METHODS)}, got {', '.join(bad)}")
@@ -132,7 +132,7 @@ def last_line(err: BaseException) -> str:
 
 def resolve_target(cfg: CheckConfig, work: Path) -> tuple[str, str]:
     """(target name or folder, how it was had). The zoo's when it can be had, else a stand-in folder."""
-    from . import models
+    from ..engine import models
     kind = cfg.stand_in
     if kind in ("auto", "none"):
         name = "smollm2-135m-instruct"
@@ -159,7 +159,7 @@ def stand_in(kind: str, folder: Path) -> Path:
     from transformers import GenerationConfig, LlamaConfig, LlamaForCausalLM
     if (folder / "config.json").exists():
         return folder
-    tokenizer_from = Path(__file__).parent / "zoo" / "smollm2-135m-draft"
+    tokenizer_from = Path(__file__).resolve().parents[1] / "zoo" / "smollm2-135m-draft"
     torch.manual_seed(0)
     model = LlamaForCausalLM(LlamaConfig(**(SMOLLM2_135M if kind == "random" else TINY)))
     with torch.no_grad():  # peaked rows, so that greedy ties are rare in bf16/fp16
@@ -176,7 +176,7 @@ def models_loaded_once():
     """``models.load_model`` memoised for the check: every ``generate`` call would load its target again (a
     second each on a GPU, minutes over the check). Methods copy what they train (online, DistillSpec). The engine's
     compile switch (read when a model loads) is part of the key."""
-    from . import models
+    from ..engine import models
     original, loaded = models.load_model, {}
 
     def load_model(name, *args, **kwargs):
@@ -194,7 +194,7 @@ def models_loaded_once():
 
 def cli(argv: list[str]) -> str:
     """``python -m specrepro ARGV`` in this process; its standard output. An error exit raises with its line."""
-    from .__main__ import main
+    from .commands import main
     out, err = io.StringIO(), io.StringIO()
     with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
         code = main(argv)
@@ -221,7 +221,7 @@ class Context:
     def generate(self, method: str, dtype: str, temperature: float, batch_size: int = 1,
                  prompts: int = 1) -> list[list[int]]:
         """Token ids per prompt of ``generate --json`` for the first ``prompts`` prompts."""
-        from .methods import Needs, method as spec_of
+        from ..methods import Needs, method as spec_of
         needs = spec_of(method).needs
         argv = ["generate", "--method", method, "--prompts", str(self.prompts_file(prompts)), "--json",
                 "--target", self.target, "--device", self.cfg.device, "--dtype", dtype,
@@ -245,8 +245,8 @@ class Context:
     def ngram(self) -> Path:
         """A bigram table (add-1) fitted on the prompts' own ids: enough for unigram and bigram to run."""
         if self.ngram_table is None:
-            from .drafters.ngram import fit_ngram
-            from .models import load_tokenizer
+            from ..drafters.ngram import fit_ngram
+            from ..engine.models import load_tokenizer
             tokenizer, _ = load_tokenizer(self.target)
             ids = [tokenizer(p)["input_ids"] for p in PROMPTS]
             self.ngram_table = fit_ngram(ids, len(tokenizer), order=2, add_k=1.0).save(self.work / "bigram.npz")
@@ -265,14 +265,14 @@ def part_env(ctx: Context) -> None:
         props = torch.cuda.get_device_properties(dev)
         ctx.report.add("env", "gpu", "INFO", f"{props.name}, compute capability {props.major}.{props.minor}, "
                                              f"{props.total_memory / 2**30:.0f} GiB")
-    from .models import default_dtype
+    from ..engine.models import default_dtype
     ctx.report.add("env", "default dtype", "INFO", str(default_dtype(dev)).replace("torch.", ""))
     ctx.report.add("env", "target", "INFO", ctx.target)
 
 
 def part_methods(ctx: Context) -> None:
     """Every method at T = 0 (lossless ones token-equal to ar, same dtype) and T = 1, per dtype."""
-    from .methods import OUR_METHODS
+    from ..methods import OUR_METHODS
     methods = ctx.cfg.methods or OUR_METHODS
     for dtype in ctx.cfg.dtypes:
         reference = ctx.generate("ar", dtype, 0.0)
@@ -305,7 +305,7 @@ def first_difference(a: list[int], b: list[int]) -> int:
 
 def part_batch(ctx: Context) -> None:
     """``--batch-size 4`` against batch 1: every prompt's tokens the same, per batching method (T = 0)."""
-    from .methods import BATCHING, OUR_METHODS
+    from ..methods import BATCHING, OUR_METHODS
     dtype = ctx.cfg.dtypes[0]
     for name in [m for m in BATCHING if m in (ctx.cfg.methods or OUR_METHODS)]:
         item = f"{name} {dtype} B=4"
@@ -327,17 +327,18 @@ def part_distillspec(ctx: Context) -> None:
     if ctx.cfg.stand_in == "tiny":
         ctx.report.add("distillspec", "mix-fkl", "SKIP", "needs the zoo's reduced-vocabulary draft")
         return
-    from .training import distillspec
     t0 = time.perf_counter()
     argv = ["--out", str(ctx.work / "distillspec"), "--target", ctx.target, "--draft", ctx.draft,
             "--device", ctx.cfg.device, "--sources", "mix", "--divergences", "fkl", "--suites", "instruct",
             "--steps", "2", "--batch-size", "2", "--held-out-per-suite", "1", "--max-new", "8" if ctx.cfg.quick
             else "16", "--eval-max-new", "8" if ctx.cfg.quick else "16", "--held-out-samples", "1",
             "--bootstrap", "20", "--max-len", "256", "--top-k", "8"]
-    out = io.StringIO()
-    with contextlib.redirect_stdout(out):
-        distillspec.main(argv)
-    gains = json.loads(out.getvalue()[out.getvalue().index("{"):])
+    # The study's own command, as a user runs it (the running layer does not import the trainers above it).
+    done = subprocess.run([sys.executable, "-m", "specrepro.training.distillspec", *argv], capture_output=True,
+                          text=True)
+    if done.returncode != 0:
+        raise RuntimeError(f"specrepro.training.distillspec exited {done.returncode}: {done.stderr.strip()[-2000:]}")
+    gains = json.loads(done.stdout[done.stdout.index("{"):])
     ctx.report.add("distillspec", "mix-fkl", "PASS", f"baseline τ {gains['baseline_tau']:.3f}, cell "
                    f"{json.dumps(gains['cells'])}, {time.perf_counter() - t0:.0f} s")
 
@@ -350,8 +351,8 @@ def forward_once(model: torch.nn.Module, ids: torch.Tensor) -> None:
 def part_clock(ctx: Context) -> None:
     """One-token-context forwards timed three ways: Clock.now() pairs (two syncs each), Clock.interval() (events,
     one sync each) and one pair of CUDA events around them all (no sync between forwards)."""
-    from .decoding import Clock
-    from .models import load_model
+    from ..core.decoding import Clock
+    from ..engine.models import load_model
     model = load_model(ctx.target, dtype=ctx.cfg.dtypes[0], device=ctx.cfg.device).model
     ids = torch.arange(1, 17, device=ctx.cfg.device)[None]  # [1, 16]
     clock, n = Clock(ctx.cfg.device), 5 if ctx.cfg.quick else 30
@@ -405,9 +406,9 @@ def part_syncs(ctx: Context) -> None:
     if torch.device(ctx.cfg.device).type != "cuda":
         ctx.report.add("syncs", "speculative", "SKIP", "torch.cuda.set_sync_debug_mode needs CUDA")
         return
-    from .config import DecodeConfig, SamplingConfig
+    from ..core.config import DecodeConfig, SamplingConfig
     from .generate import generate_ids
-    from .models import load_draft, load_model
+    from ..engine.models import load_draft, load_model
     target = load_model(ctx.target, dtype=ctx.cfg.dtypes[0], device=ctx.cfg.device)
     draft = load_draft(ctx.draft, target)
     ids = target.tokenizer(PROMPTS[0])["input_ids"]
@@ -424,8 +425,8 @@ def part_syncs(ctx: Context) -> None:
 
 def part_energy(ctx: Context) -> None:
     """The NVML tests (tests/metrics/test_energy.py, where the real-GPU one runs) and one short sample."""
-    from .metrics.energy import open_meter
-    tests = Path(__file__).resolve().parent.parent / "tests" / "metrics" / "test_energy.py"
+    from ..metrics.energy import open_meter
+    tests = Path(__file__).resolve().parents[2] / "tests" / "metrics" / "test_energy.py"
     if tests.exists():
         done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(tests),
                                "-k", "nvml or cuda"], capture_output=True, text=True, timeout=180)
@@ -435,7 +436,7 @@ def part_energy(ctx: Context) -> None:
     if not meter.available:
         ctx.report.add("energy", "short sample", "SKIP", str(meter.reason))
         return
-    from .models import load_model
+    from ..engine.models import load_model
     model = load_model(ctx.target, dtype=ctx.cfg.dtypes[0], device=ctx.cfg.device).model
     ids = torch.arange(1, 17, device=ctx.cfg.device)[None]
     with meter.measure() as m:
@@ -450,8 +451,8 @@ def part_bench(ctx: Context) -> None:
     """``bench`` with ar, speculative, eagle and hf-ar, eager then with the engine compiled (the default a user
     gets; skipped past the budget); each method's time per target call against the floor of reading the target's
     weights once at the measured copy bandwidth."""
-    from .metrics.profile import memory_bandwidth
-    from .models import load_model
+    from ..metrics.profile import memory_bandwidth
+    from ..engine.models import load_model
     dtype = ctx.cfg.dtypes[0]
     model = load_model(ctx.target, dtype=dtype, device=ctx.cfg.device).model
     weights = sum(p.numel() * p.element_size() for p in model.parameters())
@@ -555,7 +556,7 @@ def git_head() -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m specrepro.gpu_check", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m specrepro.run.gpu_check", description=__doc__.split("\n\n")[0])
     parser.add_argument("--device", default="cuda")
     parser.add_argument("--quick", action="store_true", help="tiny settings (the CPU dry run)")
     parser.add_argument("--parts", default=",".join(PARTS), help=f"comma-separated, of {', '.join(PARTS)}")

@@ -20,10 +20,10 @@ import os
 import statistics
 from pathlib import Path
 
-from . import record
-from .cost import expected_speedup, step_seconds, tau
-from .methods import Cost, Loop, Method
-from .metrics.profile import Latency, Profile
+from ..core import record
+from ..core.cost import expected_speedup, step_seconds, tau
+from ..methods import Cost, Loop, Method
+from ..metrics.profile import Latency, Profile
 
 SUMMARY_COLUMNS = ("method", "base_method", "dtype", "gamma", "batch_size", "n", "new_tokens", "wall_time_s",
                    "tokens_per_s", "latency_per_token_s", "speedup", "speedup_median", "alpha", "tokens_per_call",

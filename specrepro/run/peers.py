@@ -31,10 +31,10 @@ import time
 from pathlib import Path
 from typing import Callable, Iterable, Sequence
 
-from .config import DecodeConfig
-from .methods import PEER_METHODS, Cost, Loop, Method
-from .metrics.profile import Latency, PeerProfile
-from .record import GenerationRecord
+from ..core.config import DecodeConfig
+from ..methods import PEER_METHODS, Cost, Loop, Method
+from ..metrics.profile import Latency, PeerProfile
+from ..core.record import GenerationRecord
 
 INSTALL = "install the [peers] extra: pip install -e '.[peers]' (or make ... PEERS=1)"
 LOOKUP_MAX_NGRAM = 3  # as our prompt-lookup drafter's (drafters/prompt_lookup.py)
@@ -62,7 +62,7 @@ def require(what: str):
 
 def gguf_for(target: str) -> Path:
     """The GGUF file a zoo target is dequantised from; one clear error for a target without one."""
-    from .models import ZOO
+    from ..engine.models import ZOO
     entry = ZOO.get(target)
     if entry is None or entry.gguf_file is None:
         have = ", ".join(name for name, e in ZOO.items() if e.gguf_file)

@@ -25,12 +25,9 @@ import shutil
 from pathlib import Path
 from typing import Any, Iterable
 
-PACKAGE = Path(__file__).resolve().parent
+from ..engine.disk import cache_root
 
-
-def cache_root() -> Path:
-    """``$SPECREPRO_CACHE`` (default ``~/.cache/specrepro``): prepared models and ``runs/``."""
-    return Path(os.environ.get("SPECREPRO_CACHE", "~/.cache/specrepro")).expanduser()
+PACKAGE = Path(__file__).resolve().parents[1]  # specrepro/
 
 
 def _jsonable(value: Any) -> Any:
@@ -98,12 +95,4 @@ def run_dir(name: str, *config: Any, code: Iterable[Path | str] = (), root: Path
         tmp.write_text(json.dumps({"name": name, "config": json.loads(config_text(*config)),
                                    "package_sha256": package_digest(), "code": [str(p) for p in code]}, indent=1))
         os.replace(tmp, key_file)
-    return folder
-
-
-def inductor_cache() -> Path:
-    """Point inductor's on-disk cache (compiled graphs, autotuning) at ``$SPECREPRO_CACHE/inductor``, unless the user
-    set ``TORCHINDUCTOR_CACHE_DIR``: compilation is paid once per machine, model, dtype and shape bucket."""
-    folder = Path(os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", str(cache_root() / "inductor")))
-    folder.mkdir(parents=True, exist_ok=True)
     return folder

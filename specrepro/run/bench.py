@@ -24,7 +24,7 @@ How the timings are kept fair:
 4. Clocks synchronise with the device (``decoding.Clock``); the thread count is recorded.
 
 ``--batch-size B`` (default 1) decodes the prompts B at a time in one batched run per (batch, repeat, variant)
-(``generate.generate_batch``, ``specrepro.batched``): the first B prompts are batch 0, the next B batch 1, and so
+(``generate.generate_batch``, ``specrepro.decode.batched``): the first B prompts are batch 0, the next B batch 1, and so
 on. Every variant must batch (``Method.batches``, derived from the drafter classes: ar, speculative, prompt-lookup,
 unigram, bigram, medusa, mentored; one clear error otherwise, before a model loads), so the baseline is batched ar.
 Each prompt still gets its own record under the same key, with its batch-1 seed (so its tokens are its batch-1
@@ -78,26 +78,26 @@ import torch
 
 from .bench_summary import (SUMMARY_COLUMNS, format_summary, mismatches, pooled_profile, predicted_speedup,
                             read_summary, summarize, write_summary)
-from .acceptance import TREE_RULES
-from .adaptive import FixedGamma
-from .compiled import compile_forward
-from .config import DecodeConfig, SamplingConfig
-from .decoding import check_prompt, eos_ids, model_device
-from .drafters import Drafter
-from .executor import LOCAL, ExecutorConfig, run_cells
+from ..acceptance import TREE_RULES
+from ..decode.adaptive import FixedGamma
+from ..engine.compiled import compile_forward
+from ..core.config import DecodeConfig, SamplingConfig
+from ..core.decoding import check_prompt, eos_ids, model_device
+from ..drafters import Drafter
+from ..core.executor import LOCAL, ExecutorConfig, run_cells
 from .generate import encode_prompt, generate_batch, generate_ids
 from .hf_baselines import assisted_unsupported, hf_generate
-from .methods import METHODS, Cost, Loop, Method, Needs, check_parameters_taken, method, parameter_fields
-from .metrics.energy import open_meter
-from .metrics.quality import perplexity, rouge_l
-from .metrics.profile import DEFAULT_NS, Profile, ProfileKey, candidate_dtypes, cpu_info, dtype_name, measure
-from .models import (LoadedModel, default_device, draft_alpha_prior, load_draft, load_model, load_tokenizer,
+from ..methods import METHODS, Cost, Loop, Method, Needs, check_parameters_taken, method, parameter_fields
+from ..metrics.energy import open_meter
+from ..metrics.quality import perplexity, rouge_l
+from ..metrics.profile import DEFAULT_NS, Profile, ProfileKey, candidate_dtypes, cpu_info, dtype_name, measure
+from ..engine.models import (LoadedModel, default_device, draft_alpha_prior, load_draft, load_model, load_tokenizer,
                      parse_dtype)
 from .peers import LlamaCppPeer, check_runnable, gguf_for
 from .plan import Plan, RunRequest, plan_run
-from .prompts import load_prompts_file, load_suite
-from .cli import check_writable
-from .provenance import atomic_write_bytes, atomic_write_text, git_revision
+from ..core.prompts import load_prompts_file, load_suite
+from ..core.cli import check_writable
+from ..core.provenance import atomic_write_bytes, atomic_write_text, git_revision
 
 __all__ = ["SUMMARY_COLUMNS", "BenchConfig", "BenchPrompt", "BenchResult", "ResumeMismatch", "Variant",
            "format_summary", "load_records", "predicted_speedup", "read_summary", "run_bench", "run_sweep",
@@ -141,7 +141,7 @@ class Variant:
     tree_size: int | None = None  # tN: nodes of the draft tree; None: --tree-size, else hardware-aware
     acceptance: str | None = None  # exact | greedy | typical (LOSSY); None: --acceptance
     params: tuple[tuple[str, object], ...] = ()  # the method's parameters set by the label: bN, mN, tauX, fX, rX
-    compiled: bool = False  # "compiled": its models' forwards through torch.compile (specrepro.compiled), own copies
+    compiled: bool = False  # "compiled": its models' forwards through torch.compile (specrepro.engine.compiled), own copies
 
     @classmethod
     def parse(cls, label: str, default_dtype: str | None, default_gamma: int | str) -> "Variant":
@@ -210,7 +210,7 @@ class BenchConfig:
     params: tuple[tuple[str, object], ...] = ()
     quality: bool = True  # score every record: perplexity under the target, ROUGE-L against the references
     repeats: int = 1
-    batch_size: int = 1  # prompts decoded at once (specrepro.batched); > 1: every variant must batch
+    batch_size: int = 1  # prompts decoded at once (specrepro.decode.batched); > 1: every variant must batch
     seed: int = 0  # base seed; repeat r uses seed + r
     dtype: str | None = None  # default dtype of the variants: None = the given models' (or the loader's), or auto
     device: str | None = None
@@ -948,7 +948,7 @@ def run_bench(config: BenchConfig, out: str | Path, *, target: LoadedModel | Non
 
     ``drafters`` overrides the drafter of a speculative method (e.g. an n-gram drafter built in memory), keyed
     by method name or variant label. ``on_record(record)`` runs after each record is written (tests interrupt a run
-    with it). ``executor`` (``specrepro.executor``; default local) may run the prompts as Ray tasks of
+    with it). ``executor`` (``specrepro.core.executor``; default local) may run the prompts as Ray tasks of
     ``config.threads`` CPUs (1 if unset): the session's profile, plans and files stay here, each task times its
     prompt's interleaved runs on its own node (a paired speedup compares runs of one node), and the records are
     appended here in prompt order, under the same keys as a local run's.
@@ -1034,7 +1034,7 @@ def run_sweep(base: BenchConfig, out: str | Path, gammas: Sequence[int], tempera
               executor: ExecutorConfig | str | None = None, **objects) -> list[dict]:
     """``run_bench`` once per (temperature, γ) into ``out/T{T}_g{γ}``; summary rows with both added.
 
-    ``executor`` (``specrepro.executor``; default local, one bench after the other) may run the points as Ray
+    ``executor`` (``specrepro.core.executor``; default local, one bench after the other) may run the points as Ray
     tasks: each is a whole bench, timed on the node that ran it against its own ``ar`` and device profile, and
     written to its own folder (a filesystem every node sees, on a cluster of several machines). Timing benches
     side by side on one machine share its cores and memory bandwidth: give each task ``num_cpus`` = the bench's

@@ -10,7 +10,7 @@ import os
 import subprocess
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def git_revision(ignore: tuple[str, ...] = (), root: Path = ROOT) -> str:

@@ -1,18 +1,18 @@
 """Text in, record out: tokenise (with the chat template), dispatch to a method, decode."""
 from __future__ import annotations
 
-from .adaptive import GammaPolicy
-from .autoregressive import autoregressive_generate
-from .batched import batched_autoregressive, batched_generate
-from .config import DecodeConfig
-from .decoding import eos_ids
-from .drafters import Drafter, NGramTable
-from .methods import Loop, Method, method
-from .mjgd import mjgd_generate
-from .models import LoadedModel
-from .prompts import Messages, encode_prompt
-from .record import GenerationRecord
-from .speculative import speculative_generate
+from ..decode.adaptive import GammaPolicy
+from ..decode.autoregressive import autoregressive_generate
+from ..decode.batched import batched_autoregressive, batched_generate
+from ..core.config import DecodeConfig
+from ..core.decoding import eos_ids
+from ..drafters import Drafter, NGramTable
+from ..methods import Loop, Method, method
+from ..decode.mjgd import mjgd_generate
+from ..engine.models import LoadedModel
+from ..core.prompts import Messages, encode_prompt
+from ..core.record import GenerationRecord
+from ..decode.speculative import speculative_generate
 
 
 def single_sequence(prompt_ids) -> list[int]:
@@ -70,7 +70,7 @@ def described(rec: GenerationRecord, target: LoadedModel, spec: Method, provenan
 def generate_batch(target: LoadedModel, prompts: list[list[int]], config: DecodeConfig,
                    draft: LoadedModel | NGramTable | str | None = None, seeds: list[int] | None = None,
                    provenance: dict | None = None) -> list[GenerationRecord]:
-    """Run ``config.method`` on B prompts at once (``specrepro.batched``): one record per prompt, in order, each the
+    """Run ``config.method`` on B prompts at once (``specrepro.decode.batched``): one record per prompt, in order, each the
     record the batch-1 run of that prompt and seed would give (its tokens; its times are the batch's). Methods that
     cannot batch (MJGD, and every drafter ``batched`` does not run) and γ auto stop with one clear error."""
     spec: Method = method(config.method)

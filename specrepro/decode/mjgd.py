@@ -2,7 +2,7 @@
 
 Each step commits the K tokens of highest joint likelihood p(x_t+1:t+K | x_1:t) under the target instead of K
 successive argmaxes; greedy decoding is K = 1. The exact argmax costs |V|^K, so, as the paper does for Fig. 1,
-beam search with ``num_beams`` beams approximates it (``specrepro.beam.beam_search``: one forward over the
+beam search with ``num_beams`` beams approximates it (``specrepro.core.beam.beam_search``: one forward over the
 newly committed tokens, then K − 1 forwards of at most ``num_beams`` rows). The search ranks by the target's own
 distribution softmax(logits): MJGD is deterministic and runs at temperature 0 only.
 """
@@ -10,10 +10,10 @@ from __future__ import annotations
 
 import torch
 
-from .beam import beam_search
-from .config import DecodeConfig
-from .decoding import commit, start_run
-from .record import GenerationRecord
+from ..core.beam import beam_search
+from ..core.config import DecodeConfig
+from ..core.decoding import commit, start_run
+from ..core.record import GenerationRecord
 
 
 def mjgd_generate(target: torch.nn.Module, prompt_ids: list[int], config: DecodeConfig, eos: set[int] = frozenset(),

@@ -1,6 +1,6 @@
 """How many drafts to propose at each step: a fixed γ, or the γ the measured costs say is best right now.
 
-``--gamma auto`` (issue 12) picks, before every step, the γ that maximises the expected speedup (``specrepro.cost``)
+``--gamma auto`` (issue 12) picks, before every step, the γ that maximises the expected speedup (``specrepro.core.cost``)
 
     E[speedup](γ) = τ(γ) / (γc + β(γ+1)),    τ(γ) = 1 + Σ_{i=1}^{γ} Π_{j≤i} α_j
 
@@ -26,8 +26,8 @@ import numpy as np
 
 from simulations.speculative import BetaCurve
 
-from .cost import step_cost, tau_by_position
-from .metrics.profile import DEFAULT_ALPHA_PRIOR, Profile
+from ..core.cost import step_cost, tau_by_position
+from ..metrics.profile import DEFAULT_ALPHA_PRIOR, Profile
 
 
 @dataclass(frozen=True)

@@ -17,7 +17,7 @@ One call scores every row's newest committed token and its draft tree (``score``
     [M, M + N_b)         row b's N_b tree nodes
     [M + N_b, M + N)     dummy nodes (rows with smaller trees)
 
-so logits row 0 of every row is its root and row i+1 its node i (the row convention of ``specrepro.tree``). A
+so logits row 0 of every row is its root and row i+1 its node i (the row convention of ``specrepro.core.tree``). A
 padding column attends to itself only (its output is discarded, its entry never kept). ``keep(paths)`` then
 moves each row's committed columns and its accepted root path into the row's slots L_b, L_b+1, … (a gather within
 the row, one indexed copy per layer) and crops the common suffix, so S tracks max_b L_b. A row that finished
@@ -36,8 +36,8 @@ from transformers import DynamicCache
 from transformers.cache_utils import DynamicLayer
 
 from . import tree
-from .engine import SLOT_BLOCK, engine_of
-from .engine.session import run as engine_run
+from ..engine import SLOT_BLOCK, engine_of
+from ..engine.session import run as engine_run
 from .kvcache import TREE_ATTENTION, common_prefix, drop_last
 
 

@@ -3,10 +3,10 @@ from __future__ import annotations
 
 import torch
 
-from .config import DecodeConfig
-from .decoding import commit, start_run
-from .record import GenerationRecord
-from .warping import sample, warp
+from ..core.config import DecodeConfig
+from ..core.decoding import commit, start_run
+from ..core.record import GenerationRecord
+from ..core.warping import sample, warp
 
 
 def autoregressive_generate(target: torch.nn.Module, prompt_ids: list[int], config: DecodeConfig,

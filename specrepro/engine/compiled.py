@@ -34,7 +34,9 @@ def compile_forward(model: torch.nn.Module) -> torch.nn.Module:
     """Route ``model``'s forward through ``torch.compile`` (dynamic shapes), in place; returns the model. Compiling a
     compiled model again does nothing. A model on the engine (``specrepro.engine``) gets its engine compiled instead
     (its bucketed graphs, inductor with freezing): the caches never call the transformers forward then."""
-    from .engine import attach, detach, engine_of
+    from . import attach
+    from . import detach
+    from . import engine_of
     engine = engine_of(model)
     if engine is not None:
         if not engine.compiled:

@@ -5,14 +5,14 @@ keeps the longest common prefix of what it holds and that sequence (``drop_last`
 and runs the model on the rest. Rejected draft entries therefore
 disappear at the next call, or at once when the decoding loop calls ``rollback``.
 
-A token tree (``specrepro.tree``: tokens [N], parents [N]) is scored in one forward by ``logits_for_tree``,
+A token tree (``specrepro.core.tree``: tokens [N], parents [N]) is scored in one forward by ``logits_for_tree``,
 which leaves the N node entries in the cache after the committed ones, in tree order, as a pending tree;
 ``keep_path`` then keeps one root path of it, compacted, and drops the rest (a suffix crop is its prefix
 case). Any other call drops a pending tree first.
 
 Invariant, checked by ``check()``: cache length == len(self.ids) + the pending tree's node count.
 
-Beam search and beam sampling (``specrepro.beam``) continue the committed tokens with B beams at once in a
+Beam search and beam sampling (``specrepro.core.beam``) continue the committed tokens with B beams at once in a
 ``BeamCache``: a batch-B copy made from the batch-1 cache, grown one token per beam per forward and reordered as
 beams are kept. The batch-1 cache is read, never written, so dropping the beams is dropping that object.
 """
@@ -25,8 +25,8 @@ from transformers import DynamicCache
 from transformers.cache_utils import DynamicLayer
 
 from . import tree
-from .engine import SLOT_BLOCK, engine_of
-from .engine.session import run as engine_run
+from ..engine import SLOT_BLOCK, engine_of
+from ..engine.session import run as engine_run
 
 # Attention implementations that take a custom 4D additive float mask as-is (transformers >= 5: a 4D
 # ``attention_mask`` skips mask creation in ``masking_utils._preprocess_mask_arguments`` and reaches the
@@ -71,7 +71,7 @@ class PendingTree:
 
 
 class CachedModel:
-    """Batch size 1: ``ids`` is one sequence (``specrepro.batch_cache`` holds B of them).
+    """Batch size 1: ``ids`` is one sequence (``specrepro.core.batch_cache`` holds B of them).
 
     Two backends hold the keys and values: the engine's static cache (``specrepro.engine``: preallocated, written
     by slot, a drop is a shorter length) when the model carries an engine (``engine.attach``), else transformers'
@@ -169,7 +169,7 @@ class CachedModel:
         """Score a token tree after the committed ``ids`` in one forward: (logits [N+1, V], hidden [N+1+P, H] | None).
 
         Row 0 is the next-token distribution after ``ids``, row i+1 the one after node i's root path (the row
-        convention of ``specrepro.tree``). ``hidden`` (with ``output_hidden``) is the final hidden state that
+        convention of ``specrepro.core.tree``). ``hidden`` (with ``output_hidden``) is the final hidden state that
         feeds the LM head, after the final norm. The cache first keeps its common prefix with ids[:-1]; the
         forward runs on the uncached committed tokens (M >= 1, usually just ids[-1]) then the N nodes, with
         position ids len(ids)−1 + depth and a tree attention mask; a chain takes the plain causal path. After

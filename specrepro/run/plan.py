@@ -13,10 +13,10 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping
 
-from .adaptive import AdaptiveGamma, FixedGamma, GammaPolicy
-from .config import DecodeConfig
-from .methods import Cost, Method
-from .metrics.profile import DEFAULT_ALPHA_PRIOR, Profile, choose_dtype, dtype_name
+from ..decode.adaptive import AdaptiveGamma, FixedGamma, GammaPolicy
+from ..core.config import DecodeConfig
+from ..methods import Cost, Method
+from ..metrics.profile import DEFAULT_ALPHA_PRIOR, Profile, choose_dtype, dtype_name
 
 
 @dataclass(frozen=True)
