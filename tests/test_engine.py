@@ -185,6 +185,19 @@ def test_weights_on_a_4bit_grid_are_held_as_4bit_integers_and_others_stay_dense(
     assert engine_of(model).stack.four_bit_share == engine_of(fresh).stack.four_bit_share == 7 / 8
 
 
+def test_the_lm_head_stays_dense_even_on_a_4bit_grid():
+    """The engine prepacks its stack and its head with one call; the head ignores ``four_bit`` (it is Q8_0 in the
+    offline GGUF) and gives F.linear's bits."""
+    from specrepro.engine.llama import Q4
+    from specrepro.engine.runner import _Head
+    grid = snapped_to_4bit(torch.nn.ModuleDict({"proj": torch.nn.Linear(64, 64, bias=False)})).proj.weight
+    head = _Head(grid.detach().bfloat16())
+    assert head.prepack(True) and not isinstance(head.packed, Q4)
+    x = torch.randn(2, 3, 64).bfloat16()
+    assert torch.equal(head(x), torch.nn.functional.linear(x, head.weight))
+    assert not _Head(grid.detach()).prepack(True)  # fp32: nothing to prepack
+
+
 def attach_fresh(model: torch.nn.Module, four_bit: bool = True) -> torch.nn.Module:
     attach(model, compiled=False, four_bit=four_bit)
     return model

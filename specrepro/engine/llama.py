@@ -124,7 +124,7 @@ def q4_pack(weight: torch.Tensor) -> Q4 | None:
     blocks = weight.detach().float().view(n, k // Q4_GROUP, Q4_GROUP)  # [N, K/G, G]
     low = blocks.amin(-1, keepdim=True)
     step = (blocks.amax(-1, keepdim=True) - low) / 15
-    q = torch.where(step > 0, (blocks - low) / step.clamp_min(1e-30), 0).round()  # [N, K/G, G] in 0..15
+    q = ((blocks - low) / step.clamp_min(1e-30)).round()  # [N, K/G, G] in 0..15 (0 where a block is constant)
     miss = (low + step * q - blocks).abs()
     if (miss > 2 ** -7 * blocks.abs().amax(-1, keepdim=True)).any():  # bf16's rounding of w, min and max: < 2^-7
         return None

@@ -139,10 +139,7 @@ class Engine:
 
     def _make(self, module: torch.nn.Module):
         if not self.compiled:
-            if isinstance(module, LlamaStack):
-                module.prepack(self.four_bit)
-            else:
-                module.prepack()
+            module.prepack(self.four_bit)
             return module
         from .disk import inductor_cache
         inductor_cache()
@@ -203,7 +200,7 @@ class Engine:
             return self._stack_fn(_canonical(x), _canonical(positions), slots, _canonical(mask), kv.k, kv.v)
 
     def logits(self, hidden: torch.Tensor) -> torch.Tensor:
-        """hidden [B, R, H] final-norm rows -> logits [B, R, V'] (R padded to a bucket inside)."""
+        """hidden [B, R, H] final-norm rows -> logits [B, R, V'] (R padded to a bucket inside when compiled)."""
         b, r, _ = hidden.shape
         size = self.columns(r)
         if size != r:
@@ -241,7 +238,10 @@ class _Head(torch.nn.Module):
         self.weight = torch.nn.Parameter(weight, requires_grad=False)
         self.packed = None
 
-    def prepack(self) -> bool:
+    def prepack(self, four_bit: bool = False) -> bool:
+        """Reorder the head once for oneDNN (``LlamaStack.prepack``). ``four_bit`` is accepted for the same call as the
+        stack's and changes nothing: the head stays dense (the offline model's is Q8_0, not on a 4-bit grid, and the
+        one-row GEMV over the vocabulary is read once per step either way)."""
         if not prepackable(self.weight):
             return False
         self.packed, self._packed_version = prepack(self.weight), self.weight._version

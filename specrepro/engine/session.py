@@ -2,9 +2,10 @@
 
 Both caches of the package (``kvcache.CachedModel`` for one sequence, ``batch_cache.BatchCache`` for B rows) say
 what a forward is with one boolean matrix ``allowed [B, Q, start + Q]``: column q (written into slot start + q) may
-attend slot j. ``run`` turns it into the engine's static shapes: the Q columns in chunks of at most 64, each padded
-to a bucket, each padding column attending to its own slot only; the attended slots rounded up to a multiple of
-``SLOT_BLOCK``; the boolean matrix into the additive mask the graph takes (0 = attend, the dtype's min = not).
+attend slot j. ``run`` turns it into the engine's shapes: the Q columns in chunks of at most 64 (``Engine.columns``: when compiled
+each chunk is padded to a bucket, each padding column attending to its own slot only; eager runs the exact
+columns); the attended slots rounded up (``Engine.attended``: to a multiple of ``SLOT_BLOCK`` compiled, of
+``EAGER_SLOTS`` eager); the boolean matrix into the additive mask the graph takes (0 = attend, the dtype's min = not).
 Columns are run in order and a column only sees earlier slots or itself, so chunking never changes a result.
 
 Host and device: the ids, positions and the boolean matrix travel to the device in ONE copy per call (packed into
