@@ -1,6 +1,6 @@
-"""The reproduction report (notebooks/reproduction.py): a row for every catalogue item of the founding documents,
-counts that add up, moves detected by each tolerance, and a missing or changed CSV said plainly instead of raised.
-Reads the committed figures/ only: no models, well under a second."""
+"""The reproduction report (notebooks/reproduction.py, with each document's claims in notebooks/claims/): a row for
+every catalogue item of the founding documents, counts that add up, moves detected by each tolerance, and a missing
+or changed CSV said plainly instead of raised. Reads the committed figures/ only: no models, well under a second."""
 from __future__ import annotations
 
 import csv
@@ -15,7 +15,9 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "notebooks"))
+import claims  # noqa: E402
 import reproduction as rp  # noqa: E402
+from claims import mentored_blog, mjsd, ppd, slides, survey_blog  # noqa: E402
 
 FIGURES = ROOT / "figures"
 README = rp.SEEDS / "README.md"
@@ -55,14 +57,33 @@ def row_for(rows, item_start: str):
 def test_catalogue_parses_every_item():
     items = rp.catalogue(README)
     documents = [d for d, _ in items]
-    assert list(dict.fromkeys(documents)) == [rp.SLIDES, rp.SURVEY, rp.MENTORED, rp.MJSD, rp.PPD]
+    assert list(dict.fromkeys(documents)) == [slides.DOCUMENT, survey_blog.DOCUMENT, mentored_blog.DOCUMENT,
+                                              mjsd.DOCUMENT, ppd.DOCUMENT]
     assert ("Survey blog (004)", "the β bound example (k=5, c=0.01, α=2/3 gives β ≤ 2.69)") in items
-    assert documents.count(rp.PPD) == 9 and documents.count(rp.SLIDES) == 6
+    assert documents.count(ppd.DOCUMENT) == 9 and documents.count(slides.DOCUMENT) == 6
 
 
 @needs_seeds
 def test_claims_cover_the_catalogue_one_row_each_in_order():
-    assert [(c.document, c.item) for c in rp.CLAIMS] == rp.catalogue(README)
+    assert [(c.document, c.item) for c in claims.CLAIMS] == rp.catalogue(README)
+    assert rp.CLAIMS is claims.CLAIMS  # the report judges exactly the claims the documents' modules state
+
+
+def test_each_documents_module_holds_its_own_claims_and_judges():
+    """A claim lives in its document's module: its row, its quote's seed and its judge, all in that one file."""
+    assert [m.DOCUMENT for m in claims.DOCUMENTS] == list(dict.fromkeys(c.document for c in claims.CLAIMS))
+    for module in claims.DOCUMENTS:
+        assert module.CLAIMS, module.__name__
+        for claim in module.CLAIMS:
+            assert claim.document == module.DOCUMENT, claim.item
+            assert claim.source is None or claim.source.seed == module.SEED, claim.item
+            assert claim.judge.__module__ == module.__name__, claim.item
+
+
+def test_the_claims_never_import_the_report():
+    """No import cycle: the claims import claims.base and claims.formulas only; the report imports the claims."""
+    code = "import sys, claims; assert 'reproduction' not in sys.modules, sorted(sys.modules)"
+    subprocess.run([sys.executable, "-c", code], cwd=ROOT / "notebooks", check=True)
 
 
 @needs_seeds
@@ -70,7 +91,7 @@ def test_every_quote_is_in_its_seed_text():
     def flat(text):
         return re.sub(r"\s+", " ", text).strip()
 
-    for claim in rp.CLAIMS:
+    for claim in claims.CLAIMS:
         assert claim.source is not None, claim.item
         seed = flat((rp.SEEDS / claim.source.seed).read_text())
         assert flat(claim.source.text) in seed, (claim.item, claim.source.text)
@@ -101,7 +122,7 @@ def test_report_on_committed_figures_has_every_item_and_counts_add_up(tmp_path):
 @needs_figures
 def test_a_changed_simulation_cell_is_moved_and_an_unchanged_copy_is_not(tmp_path):
     run = copy_csvs(FIGURES, tmp_path / "run")
-    rewrite(run / rp.BETA_BOUND, lambda rows: rows[0].update(ours="2.7"))
+    rewrite(run / survey_blog.BETA_BOUND, lambda rows: rows[0].update(ours="2.7"))
     rows = rp.evaluate(run, FIGURES)
     bound = row_for(rows, "the β bound example")
     assert bound.movement == rp.MOVED
@@ -122,9 +143,9 @@ def test_an_interval_tolerance_moves_only_outside_the_committed_interval(tmp_pat
                     r["gain_tau"] = str(float(r["gain_tau"]) + by)
         return change
 
-    rewrite(run / rp.DISTILL, shift(0.01))  # inside the committed 90% interval (+3.3% to +20.7%)
+    rewrite(run / survey_blog.DISTILL, shift(0.01))  # inside the committed 90% interval (+3.3% to +20.7%)
     assert row_for(rp.evaluate(run, FIGURES), "DistillSpec").movement == rp.UNCHANGED
-    rewrite(run / rp.DISTILL, shift(0.5))
+    rewrite(run / survey_blog.DISTILL, shift(0.5))
     moved = row_for(rp.evaluate(run, FIGURES), "DistillSpec")
     assert moved.movement == rp.MOVED and "target-rkl" in moved.movements[0].detail
 
@@ -132,7 +153,7 @@ def test_an_interval_tolerance_moves_only_outside_the_committed_interval(tmp_pat
 @needs_figures
 def test_speed_is_machine_specific_never_moved(tmp_path):
     run = copy_csvs(FIGURES, tmp_path / "run")
-    rewrite(run / rp.PPD_FIG5, lambda rows: [r.update(ppd_speedup="9.9") for r in rows])
+    rewrite(run / ppd.PPD_FIG5, lambda rows: [r.update(ppd_speedup="9.9") for r in rows])
     row = row_for(rp.evaluate(run, FIGURES), "Fig. 5 throughput by task")
     assert row.movement == rp.MACHINE and "9.9 now" in row.movements[0].detail
     assert row.outcome.verdict == rp.REPRODUCED  # every task above 1x now
@@ -141,17 +162,17 @@ def test_speed_is_machine_specific_never_moved(tmp_path):
 @needs_figures
 def test_a_missing_csv_or_column_is_a_plain_row_not_an_exception(tmp_path):
     run = copy_csvs(FIGURES, tmp_path / "run")
-    (run / rp.MOE_BETA).unlink()
+    (run / survey_blog.MOE_BETA).unlink()
 
     def drop_column(rows):
         for r in rows:
             del r["speedup_at_optimum"]
 
-    rewrite(run / rp.FIG3, drop_column)
+    rewrite(run / slides.FIG3, drop_column)
     rows = rp.evaluate(run, FIGURES)
     moe = row_for(rows, "MoE expected experts")
     assert moe.outcome.verdict == rp.NO_RESULT
-    assert moe.outcome.reason == f"not produced by this run: {rp.MOE_BETA}"
+    assert moe.outcome.reason == f"not produced by this run: {survey_blog.MOE_BETA}"
     assert moe.movement == rp.NOT_COMPARED
     fig3 = row_for(rows, "Fig. 3 optimal γ")
     assert fig3.outcome.verdict == rp.NO_RESULT and "column 'speedup_at_optimum' missing" in fig3.outcome.reason
@@ -160,10 +181,22 @@ def test_a_missing_csv_or_column_is_a_plain_row_not_an_exception(tmp_path):
     assert "no result" in text and "not produced by this run" in text
 
 
+@needs_seeds
+@needs_figures
+def test_a_catalogue_item_without_a_claim_still_gets_its_row(monkeypatch):
+    dropped = row_for(rp.evaluate(FIGURES, FIGURES), "Fig. 9 training loss").claim
+    monkeypatch.setattr(rp, "CLAIMS", tuple(c for c in claims.CLAIMS if c is not dropped))
+    rows = rp.evaluate(FIGURES, FIGURES)
+    assert len(rows) == len(claims.CLAIMS)
+    missing = row_for(rows, "Fig. 9 training loss")
+    assert missing.outcome.verdict == rp.NO_RESULT and "not mapped" in missing.outcome.reason
+    assert missing.movement == rp.NOT_COMPARED
+
+
 @needs_figures
 def test_no_committed_copy_makes_every_compared_row_new(tmp_path):
     run = copy_csvs(FIGURES, tmp_path / "run")
-    (run / rp.FIG2).unlink()
+    (run / slides.FIG2).unlink()
     rows = rp.evaluate(run, None)
     assert row_for(rows, "Fig. 2 expected tokens").movement == rp.NOT_COMPARED
     assert {r.movement for r in rows} == {rp.NEW, rp.NOT_COMPARED}
@@ -205,7 +238,7 @@ def test_another_profile_than_the_committed_copy_is_not_compared(tmp_path):
     for folder, profile in ((run, "smoke"), (committed, "quick")):
         (folder / "timings.json").write_text(json.dumps(
             {"runs": {"theory_speculative": {"profile": profile, "cpu": "CPU X", "wall_s": 1.0}}}))
-    rewrite(run / rp.BETA_BOUND, lambda rows: rows[0].update(ours="2.7"))
+    rewrite(run / survey_blog.BETA_BOUND, lambda rows: rows[0].update(ours="2.7"))
     bound = row_for(rp.evaluate(run, committed), "the β bound example")
     assert bound.movement == rp.NOT_COMPARED
     assert "this run is profile smoke, the committed copy quick" in bound.movements[0].detail

@@ -1,0 +1,284 @@
+"""What a claim is written with: the reproduction report's types, shared by ``notebooks/reproduction.py`` (which
+judges and renders) and the per-document modules beside this one (which state the claims).
+
+It imports nothing of the report or of the claims, so that each document's module and the report can both import
+it without a cycle. In order:
+
+1. reading a run's CSVs: a missing file, column or row becomes :class:`Unreadable`, said plainly in its row;
+2. tolerances, one per kind of number: exact (simulations, and fp32 measurements that carry no interval), an
+   interval (fp32 acceptance and quality numbers that carry one, or counts to make a binomial one from), and
+   machine-specific (speed, and bf16 numbers, which differ between CPUs);
+3. the 95% confidence intervals the interval tolerances compute when a CSV carries counts or a standard error
+   rather than its own interval (:func:`wilson_interval`, :func:`bounded_mean_interval`, :func:`normal_interval`);
+4. a judge's outcome, and a notebook's own verdicts read back;
+5. :class:`Claim` and the :func:`claim` decorator that puts a claim's row above the judge that decides it.
+"""
+
+from __future__ import annotations
+
+import csv
+import math
+import re
+from dataclasses import dataclass
+from fractions import Fraction
+from pathlib import Path
+from typing import Callable
+
+# Verdicts a judge gives.
+REPRODUCED, NOT_REPRODUCED, NOT_COMPARABLE, NO_RESULT = "reproduced", "not reproduced", "not comparable", "no result"
+VERDICTS = (REPRODUCED, NOT_REPRODUCED, NOT_COMPARABLE, NO_RESULT)
+
+FP32_NO_INTERVAL = "fp32 measurement with fixed seeds; the CSV carries no interval or count"
+Z95 = 1.959964  # two-sided 95% normal quantile
+
+
+# --- 1. Reading a run's CSVs -------------------------------------------------------------------------------------
+
+class Unreadable(Exception):
+    """An artifact that is absent, or present with other columns or rows than the report reads."""
+
+
+class Row(dict):
+    """One CSV row (column -> text) that names its file when a column is missing."""
+
+    def __init__(self, values: dict, source: str):
+        super().__init__(values)
+        self.source = source
+
+    def __missing__(self, column):
+        raise Unreadable(f"column {column!r} missing in {self.source}")
+
+
+class Tables:
+    """The CSVs of one figures folder (``<folder>/<notebook>/<name>.csv``), each read once."""
+
+    def __init__(self, folder: Path, absent: str = "not produced by this run"):
+        self.folder = Path(folder)
+        self.absent = absent  # how a missing file is said
+        self._read: dict[str, tuple[list[str], list[Row]]] = {}
+
+    def _load(self, name: str) -> tuple[list[str], list[Row]]:
+        if name not in self._read:
+            path = self.folder / name
+            if not path.is_file():
+                raise Unreadable(f"{self.absent}: {name}")
+            with path.open(newline="") as handle:
+                reader = csv.DictReader(handle)
+                rows = [Row(r, name) for r in reader]
+                self._read[name] = (list(reader.fieldnames or []), rows)
+        return self._read[name]
+
+    def rows(self, name: str) -> list[Row]:
+        return self._load(name)[1]
+
+    def columns(self, name: str) -> list[str]:
+        return self._load(name)[0]
+
+
+def num(row: Row, column: str) -> float | None:
+    """A cell as a number; None for the notebooks' empty markers ('None', 'NA', 'n/a', '')."""
+    text = row[column].strip()
+    if text in ("", "None", "NA", "n/a", "nan"):
+        return None
+    try:
+        return float(Fraction(text)) if "/" in text else float(text)
+    except ValueError:
+        raise Unreadable(f"{row.source}: {column} = {text!r} is not a number") from None
+
+
+def pick(rows: list[Row], **where: str) -> Row:
+    """The first row whose cells equal ``where`` (compared as text)."""
+    for row in rows:
+        if all(row[column] == str(value) for column, value in where.items()):
+            return row
+    source = rows[0].source if rows else "an empty table"
+    raise Unreadable(f"no row with {where} in {source}")
+
+
+def starting(rows: list[Row], column: str, prefix: str) -> list[Row]:
+    """The rows whose ``column`` starts with ``prefix``; Unreadable when there are none."""
+    found = [row for row in rows if row[column].startswith(prefix)]
+    if not found:
+        source = rows[0].source if rows else "an empty table"
+        raise Unreadable(f"no row with {column} starting {prefix!r} in {source}")
+    return found
+
+
+def first_number(text: str) -> float:
+    match = re.search(r"[-+]?\d+(?:\.\d+)?", text)
+    if not match:
+        raise Unreadable(f"no number in {text!r}")
+    return float(match.group())
+
+
+def mean(values) -> float:
+    values = list(values)
+    return sum(values) / len(values)
+
+
+def rel_gap(value: float, reference: float) -> float:
+    return abs(value - reference) / max(abs(reference), 1e-12)
+
+
+def agrees_with_printed(ours: float, printed: str) -> bool:
+    """Ours equals a printed number to its last printed digit (within one unit: documents truncate as well as
+    round, e.g. the survey's 6.101 for 6.1015625)."""
+    decimals = len(printed.split(".")[1]) if "." in printed else 0
+    return abs(ours - float(printed)) <= 10.0 ** -decimals + 1e-12
+
+
+# --- 2. Tolerances: how a number may move against the committed copy ---------------------------------------------
+
+@dataclass(frozen=True)
+class Estimate:
+    value: float
+    low: float
+    high: float
+
+
+@dataclass(frozen=True)
+class Exact:
+    """Any change is a move. Simulations, and fp32 measurements that carry no interval (said in ``why``)."""
+    why: str = "simulation"
+    columns: tuple[str, ...] | None = None  # None: every column
+
+
+@dataclass(frozen=True)
+class Interval:
+    """A move is a value outside the committed run's interval for the same row."""
+    how: str  # where the interval comes from, e.g. "the CSV's 90% bootstrap interval"
+    estimates: Callable[[list[Row]], dict[str, Estimate]]
+
+
+@dataclass(frozen=True)
+class MachineSpecific:
+    """Never a move: both numbers are shown (speed; bf16 numbers, which differ between CPUs)."""
+    why: str
+    key: Callable[[list[Row]], tuple[str, float]]  # (what, value) shown beside the committed one
+
+
+@dataclass(frozen=True)
+class Artifact:
+    csv: str  # relative to the figures folder
+    tolerance: Exact | Interval | MachineSpecific
+
+
+# What the tolerances read: the number a machine-specific artifact shows, and the estimates (value and interval,
+# by row) an interval tolerance compares.
+
+def first_row(column: str, what: str) -> Callable[[list[Row]], tuple[str, float]]:
+    """``column`` of the first row, shown as ``what``."""
+    return lambda rows: (what, num(rows[0], column))
+
+
+def largest(column: str, label_column: str) -> Callable[[list[Row]], tuple[str, float]]:
+    def key(rows):
+        best = max((r for r in rows if num(r, column) is not None), key=lambda r: num(r, column))
+        return f"max {column} ({label_column} {best[label_column]})", num(best, column)
+    return key
+
+
+def by_label(label: Callable[[Row], str], value: str, interval) -> Callable[[list[Row]], dict[str, Estimate]]:
+    """Estimates keyed by ``label(row)``: ``interval(row, v)`` gives (low, high) around ``v = row[value]``."""
+    def estimates(rows):
+        found = {}
+        for r in rows:
+            v = num(r, value)
+            if v is not None:
+                found[label(r)] = Estimate(v, *interval(r, v))
+        return found
+    return estimates
+
+
+# --- 3. Confidence intervals the report computes itself ----------------------------------------------------------
+# Only where a CSV carries counts or a standard error instead of its own interval; each is one function, so that
+# the arithmetic can be replaced by a library's without touching the claims that name it.
+
+def wilson_interval(share: float, n: float) -> tuple[float, float]:
+    """95% Wilson interval of a binomial proportion ``share`` of ``n`` trials."""
+    if n <= 0:
+        return 0.0, 1.0
+    z2 = Z95 ** 2
+    centre = (share + z2 / (2 * n)) / (1 + z2 / n)
+    half = Z95 * math.sqrt(share * (1 - share) / n + z2 / (4 * n * n)) / (1 + z2 / n)
+    return centre - half, centre + half
+
+
+def bounded_mean_interval(mean_value: float, n: float) -> tuple[float, float]:
+    """95% normal interval of a mean of n values in [0, 1]: their variance is at most m(1 − m)."""
+    half = Z95 * math.sqrt(max(mean_value * (1 - mean_value), 0.0) / max(n, 1.0))
+    return mean_value - half, mean_value + half
+
+
+def normal_interval(value: float, standard_error: float) -> tuple[float, float]:
+    """95% normal interval around ``value`` from its standard error."""
+    return value - Z95 * standard_error, value + Z95 * standard_error
+
+
+# --- 4. Outcomes: what a judge returns ---------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Outcome:
+    ours: str
+    verdict: str
+    reason: str
+    paper: str | None = None  # the document's number, when a notebook wrote it into a CSV beside ours
+
+
+def judged(ok: bool, ours: str, yes: str, no: str, paper: str | None = None) -> Outcome:
+    return Outcome(ours, REPRODUCED if ok else NOT_REPRODUCED, yes if ok else no, paper)
+
+
+def decided(t: Tables, notebook: str, *claims: str) -> tuple[str, str]:
+    """Read the verdicts a notebook wrote (``<notebook>/verdicts.csv``; the claim is decided there, once, and this
+    report does not decide it again): (the verdict of all of ``claims`` together, "claim: estimate [low, high]
+    verdict; ..."). Together: fails if any fails, holds if all hold, else undecided."""
+    rows = {r["claim"]: r for r in t.rows(f"{notebook}/verdicts.csv")}
+    missing = [c for c in claims if c not in rows]
+    if missing:
+        raise Unreadable(f"{notebook}/verdicts.csv has no row for {', '.join(missing)}")
+    verdicts = [rows[c]["verdict"] for c in claims]
+    together = "fails" if "fails" in verdicts else "holds" if set(verdicts) == {"holds"} else "undecided, n too small"
+    text = "; ".join(f"{c}: {float(rows[c]['estimate']):.3g} [{float(rows[c]['low']):.3g}, "
+                     f"{float(rows[c]['high']):.3g}] ({rows[c]['n']}) {rows[c]['verdict']}" for c in claims)
+    return together, text
+
+
+def from_verdict(verdict: str, ours: str, yes: str, no: str, paper: str | None = None) -> Outcome:
+    """A catalogue item judged by a notebook's verdict: holds → reproduced, fails → not reproduced, undecided →
+    not comparable (the interval cannot decide at this n)."""
+    if verdict == "holds":
+        return Outcome(ours, REPRODUCED, yes, paper)
+    if verdict == "fails":
+        return Outcome(ours, NOT_REPRODUCED, no, paper)
+    return Outcome(ours, NOT_COMPARABLE, "undecided, n too small: the 95% interval straddles the threshold", paper)
+
+
+# --- 5. Claims ---------------------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Quote:
+    """Words of a founding document, verbatim (the test finds them in ``seed``)."""
+    seed: str  # file name under shared/seeds/
+    text: str
+
+
+@dataclass(frozen=True)
+class Claim:
+    document: str  # the catalogue's document label
+    item: str  # the catalogue's item, verbatim
+    artifacts: tuple[Artifact, ...]  # what the row reads and compares with the committed copy
+    printed: str  # the document's key number, in words ("" when the judge reads it from a CSV)
+    source: Quote | None  # where the document prints it
+    criterion: str  # when the row says "reproduced"
+    judge: Callable[[Tables], Outcome]
+    pictures: tuple[str, ...] = ()  # figures to link beside the CSVs' own
+
+
+def claim(document: str, item: str, artifacts: tuple[Artifact, ...], printed: str, source: Quote | None,
+          criterion: str, pictures: tuple[str, ...] = ()) -> Callable[[Callable[[Tables], Outcome]], Claim]:
+    """Make the judge below into its :class:`Claim`, so that a catalogue item's row (the document's number and
+    where it is printed, the criterion, the artifacts read) is written where the function deciding it is."""
+    def made(judge: Callable[[Tables], Outcome]) -> Claim:
+        return Claim(document, item, artifacts, printed, source, criterion, judge, pictures)
+    return made

@@ -1,0 +1,273 @@
+"""PPD (002): the paper *Hardware-Aware Parallel Prompt Decoding* (prompt tokens, ensemble prompt tokens, dynamic
+sparse trees, and the comparison with Medusa).
+
+Here are its claims, one per catalogue item of ``shared/seeds/README.md``, in the catalogue's order. Each is one block:
+the artifact paths it reads, then its row (``@claim``: the catalogue item, the document's number and the words
+that print it, the criterion, the artifacts and how each may move against the committed copy) above the judge
+that decides it. A new item is one more block here and its name in ``CLAIMS``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .base import (FP32_NO_INTERVAL, NOT_COMPARABLE, Artifact, Exact, MachineSpecific, Outcome, Quote, Tables,
+                   Unreadable, claim, judged, largest, num, pick, starting)
+
+DOCUMENT = "PPD (002)"  # the catalogue's label
+SEED = "002_8fd6c99e0d766e03.txt"  # under shared/seeds/
+
+
+PPD_DIR = "ppd_parallel_prompt_decoding"
+PPD_COST = f"{PPD_DIR}/ppd_fig7_fig1_memory_speed_training.csv"
+
+
+@claim(DOCUMENT, "Fig. 1 memory/speedup/training cost",
+       (Artifact(PPD_COST, Exact("parameter and memory counts", ("method", "extra_params", "extra_weight_MB",
+                                                                  "extra_pct_of_target"))),
+        Artifact(PPD_COST, MachineSpecific("speed", lambda rows: (
+            "PPD speedup", num(pick(rows, method="PPD"), "speedup"))))),
+       "0.0002% trainable parameters, trained in 16 GPU-hours; throughput like Medusa's",
+       Quote(SEED, "enabling efficient training on a single A100-40GB GPU in just 16 hours"),
+       "PPD's extra parameters under 1% of Medusa's, and its speedup at least Medusa's",
+       pictures=(f"{PPD_DIR}/ppd_fig7_fig1_memory_speed_training.png",))
+def ppd_fig1(t: Tables) -> Outcome:
+    rows = t.rows(PPD_COST)
+    ppd, medusa = pick(rows, method="PPD"), pick(rows, method="Medusa")
+    said = (f"PPD +{num(ppd, 'extra_pct_of_target'):.4f}% parameters "
+            f"(Medusa {num(medusa, 'extra_pct_of_target'):.2f}%), "
+            f"{num(ppd, 'speedup'):.2f}x vs Medusa {num(medusa, 'speedup'):.2f}x, "
+            f"{num(ppd, 'train_cpu_min'):.0f} CPU-min training")
+    ok = (num(ppd, "extra_params") < 0.01 * num(medusa, "extra_params")
+          and num(ppd, "speedup") >= num(medusa, "speedup"))
+    return judged(ok, said, "PPD needs under 1% of Medusa's parameters and is at least as fast",
+                  "PPD is not both far smaller and at least as fast as Medusa here")
+
+
+PPD_T1 = f"{PPD_DIR}/ppd_table1.csv"
+PPD_MEDUSA_T1 = "medusa_trees/ppd_table1_medusa_rows.csv"
+PPD_T1_THEORY = "theory_ppd/ppd_table1_tree_shape.csv"
+PPD_FIG8A = f"{PPD_DIR}/ppd_fig8a_accept_length.csv"
+PPD_MEDUSA_FIG8A = "medusa_trees/ppd_fig8a_medusa_accept_length_vs_tree_size.csv"
+
+
+@claim(DOCUMENT, "Table 1 throughput, accept length, forward latency, quality, trainable parameters, input length",
+       (Artifact(PPD_T1, MachineSpecific("speed; Medusa and vanilla rows in bf16", lambda rows: (
+           "PPD τ", num(starting(rows, "method", "PPD")[0], "tau")))),
+        Artifact(PPD_MEDUSA_T1, MachineSpecific("speed and bf16", lambda rows: (
+            "Medusa τ", num(starting(rows, "method", "Medusa")[0], "tau")))),
+        Artifact(PPD_T1_THEORY, Exact()), Artifact(PPD_FIG8A, Exact(FP32_NO_INTERVAL)),
+        Artifact(PPD_MEDUSA_FIG8A, Exact(FP32_NO_INTERVAL))),
+       "", Quote(SEED, "V-7B Vanilla 39.2 1.00 0.026 5.99 NA NA 1"),
+       "PPD's accept length τ above Medusa's at every tree size both were measured at (Fig. 8(a) runs)")
+def ppd_table1(t: Tables) -> Outcome:
+    rows = t.rows(PPD_T1)
+    ours = starting(rows, "model", "smollm2")
+    ppd, medusa = starting(ours, "method", "PPD")[0], starting(ours, "method", "Medusa")[0]
+    paper_ppd = pick(rows, model="Vicuna-7B (paper)", method="PPD")
+    paper_medusa = pick(rows, model="Vicuna-7B (paper)", method="Medusa")
+    # Table 1's own rows use different trees, so τ is also compared at the tree sizes both Fig. 8(a) runs measured.
+    ppd_tau = {r["tree_size"]: num(r, "tau_dynamic") for r in t.rows(PPD_FIG8A)}
+    medusa_tau = {r["tree_size"]: num(r, "tau_sparse") for r in t.rows(PPD_MEDUSA_FIG8A)}
+    common = sorted(set(ppd_tau) & set(medusa_tau), key=float)
+    if not common:
+        raise Unreadable("no tree size measured for both PPD and Medusa in Fig. 8(a)")
+    said = (f"Table 1 rows: τ PPD {num(ppd, 'tau'):.2f} (tree {ppd['S_tr']}) vs Medusa {num(medusa, 'tau'):.2f} "
+            f"(tree {medusa['S_tr']}); at equal tree sizes {', '.join(common)}: PPD "
+            f"{' / '.join(f'{ppd_tau[n]:.2f}' for n in common)} vs Medusa "
+            f"{' / '.join(f'{medusa_tau[n]:.2f}' for n in common)}")
+    return judged(all(ppd_tau[n] > medusa_tau[n] for n in common), said,
+                  f"PPD accepts more per step than Medusa at every common tree size (the size differs: τ "
+                  f"{num(ppd, 'tau'):.2f} vs the paper's {num(paper_ppd, 'tau'):g}, on a 135M model)",
+                  "Medusa accepts as much or more per step at some tree size",
+                  paper=f"Vicuna-7B: τ PPD {num(paper_ppd, 'tau'):g} vs Medusa {num(paper_medusa, 'tau'):g} "
+                        f"(paper rows of ppd_table1.csv)")
+
+
+PPD_FIG4 = f"{PPD_DIR}/ppd_fig4_speedup_vs_methods.csv"
+
+
+@claim(DOCUMENT, "Fig. 4 speedup vs other parallel decoders",
+       (Artifact(PPD_FIG4, MachineSpecific("speed", lambda rows: (
+           "PPD speedup", num(pick(rows, method="ppd"), "speedup")))),),
+       "PPD up to 13.8% over Medusa, 2–3x the other parallel decoders",
+       Quote(SEED, "PPD achieves speedups up to 13.8% higher than Medusa"),
+       "PPD the fastest of the methods compared",
+       pictures=(f"{PPD_DIR}/ppd_fig4_fig5_speedup_and_throughput.png",))
+def ppd_fig4(t: Tables) -> Outcome:
+    rows = t.rows(PPD_FIG4)
+    ppd = pick(rows, method="ppd")
+    fastest = max(rows, key=lambda r: num(r, "speedup"))
+    medusa = pick(rows, method="medusa")
+    said = ", ".join(f"{r['method']} {num(r, 'speedup'):.2f}x" for r in rows)
+    gain = num(ppd, "speedup") / num(medusa, "speedup") - 1
+    return judged(fastest is ppd, said, f"PPD is the fastest ({gain:+.0%} over Medusa)",
+                  f"{fastest['method']} runs {num(fastest, 'speedup'):.2f}x, PPD {num(ppd, 'speedup'):.2f}x on this "
+                  f"CPU (PPD {gain:+.0%} over Medusa)")
+
+
+PPD_FIG5 = f"{PPD_DIR}/ppd_fig5_throughput_by_task.csv"
+
+
+@claim(DOCUMENT, "Fig. 5 throughput by task",
+       (Artifact(PPD_FIG5, MachineSpecific("speed", largest("ppd_speedup", "suite"))),),
+       "2.12x to 2.49x across tasks",
+       Quote(SEED, "achieves consistent walltime speedup ratios from 2.12"),
+       "PPD's speedup above 1x on every task",
+       pictures=(f"{PPD_DIR}/ppd_fig4_fig5_speedup_and_throughput.png",))
+def ppd_fig5(t: Tables) -> Outcome:
+    rows = t.rows(PPD_FIG5)
+    slow = [f"{r['suite']} {num(r, 'ppd_speedup'):.2f}x" for r in rows if num(r, "ppd_speedup") <= 1]
+    said = ", ".join(f"{r['suite']} {num(r, 'ppd_speedup'):.2f}x" for r in rows)
+    return judged(not slow, said, "PPD is faster than plain decoding on every task",
+                  f"PPD is slower than plain decoding on this CPU: {', '.join(slow)}")
+
+
+PPD_FIG6 = f"{PPD_DIR}/ppd_fig6_topk_accuracy.csv"
+PPD_FIG6_MEDUSA = "medusa_trees/ppd_fig6_medusa_topk_accuracy.csv"
+
+
+@claim(DOCUMENT, "Fig. 6 accumulated top-k accuracy by token distance (PPD vs Medusa, 100 vs 1 EPT, model size)",
+       (Artifact(PPD_FIG6, Exact(FP32_NO_INTERVAL)), Artifact(PPD_FIG6_MEDUSA, Exact(FP32_NO_INTERVAL))),
+       "", Quote(SEED, "the top-10 accuracy difference is 0.03 for the"),
+       "PPD's top-10 accuracy above Medusa's at every distance, the gap widening with distance")
+def ppd_fig6(t: Tables) -> Outcome:
+    rows = t.rows(PPD_FIG6)
+    top10 = sorted((r for r in rows if r["k"] == "10"), key=lambda r: num(r, "distance"))
+    gaps = [num(r, "ppd_zoo") - num(r, "medusa_zoo") for r in top10]
+    ahead = sum(num(r, "ppd_zoo") >= num(r, "medusa_zoo") for r in rows)
+    said = (f"top-10 gap PPD − Medusa by distance: {', '.join(f'{g:+.3f}' for g in gaps)}; PPD ahead at {ahead} of "
+            f"{len(rows)} (distance, k); top-1 @1 {num(pick(rows, distance='1', k='1'), 'ppd_zoo'):.3f}")
+    ok = all(g > 0 for g in gaps) and all(b >= a for a, b in zip(gaps, gaps[1:]))
+    return judged(ok, said, "PPD ahead of Medusa at top-10, the gap widening with distance",
+                  "PPD is not ahead at top-10 at every distance, or the gap does not widen",
+                  paper=f"top-10 gap 0.03 → 0.12 with distance (quoted); top-1 @1 "
+                        f"{num(pick(rows, distance='1', k='1'), 'ppd_paper_vicuna7b'):g} on Vicuna-7B "
+                        f"(column ppd_paper_vicuna7b)")
+
+
+@claim(DOCUMENT, "Fig. 7 memory",
+       (Artifact(PPD_COST, Exact("parameter and memory counts", ("method", "extra_params", "extra_weight_MB"))),),
+       "PPD's memory overhead 0.004% of Medusa's",
+       Quote(SEED, "The memory overhead of PPD is just 0.004% of Medusa"),
+       "PPD's extra weights under 1% of Medusa's",
+       pictures=(f"{PPD_DIR}/ppd_fig7_fig1_memory_speed_training.png",))
+def ppd_fig7(t: Tables) -> Outcome:
+    rows = t.rows(PPD_COST)
+    ratio = num(pick(rows, method="PPD"), "extra_weight_MB") / num(pick(rows, method="Medusa"), "extra_weight_MB")
+    return judged(ratio < 0.01, f"PPD's extra weights are {ratio:.2%} of Medusa's", "under 1% of Medusa's "
+                  "(the size differs: our hidden size is small beside the vocabulary)", f"{ratio:.2%} of Medusa's")
+
+
+PPD_FIG8B = f"{PPD_DIR}/ppd_fig8b_theoretical_speedup.csv"
+PPD_FIG8C = f"{PPD_DIR}/ppd_fig8c_measured_speedup.csv"
+PPD_FIG8_THEORY = "theory_ppd/ppd_fig8a_accept_length_vs_tree_size.csv"
+PPD_FIG8_BEST = "theory_ppd/ppd_fig8b_best_tree_size.csv"
+
+
+@claim(DOCUMENT, "Fig. 8 dynamic vs static vs random tree, theoretical and real speedup vs tree size",
+       (Artifact(PPD_FIG8A, Exact(FP32_NO_INTERVAL)),
+        Artifact(PPD_FIG8B, MachineSpecific("speed", largest("speedup_theory_tau", "tree_size"))),
+        Artifact(PPD_FIG8C, MachineSpecific("speed", largest("measured_speedup", "tree_size"))),
+        Artifact(PPD_FIG8_THEORY, Exact()), Artifact(PPD_FIG8_BEST, Exact())),
+       "no values (charts); dynamic trees lead, the theory's best size is the fastest",
+       Quote(SEED, "indeed results in the greatest actual speedup observed"),
+       "dynamic τ above static and random at every size, and the theory's best measured size the fastest",
+       pictures=(f"{PPD_DIR}/ppd_fig8bc_speedup_vs_tree_size.png",))
+def ppd_fig8(t: Tables) -> Outcome:
+    trees = t.rows(PPD_FIG8A)
+    dynamic_best = all(num(r, "tau_dynamic") > max(num(r, "tau_static"), num(r, "tau_random")) for r in trees)
+    measured = t.rows(PPD_FIG8C)
+    sizes = {r["tree_size"] for r in measured}
+    theory = [r for r in t.rows(PPD_FIG8B) if r["tree_size"] in sizes]
+    fastest = max(measured, key=lambda r: num(r, "measured_speedup"))
+    if not theory:  # the measured sizes (the device's hardware-aware size and the fixed ones) are off the theory grid
+        lead = "leads" if dynamic_best else "does not lead"
+        return Outcome(f"the dynamic tree's τ {lead} at every size; measured at tree sizes "
+                       f"{', '.join(sorted(sizes, key=int))}, fastest {fastest['tree_size']} "
+                       f"({num(fastest, 'measured_speedup'):.2f}x); the theory grid holds none of these sizes",
+                       NOT_COMPARABLE, "the hardware-aware size this device chose is not on the theory's size grid, so "
+                       "the theory's best size cannot be checked against a measured one")
+    theory_best = max(theory, key=lambda r: num(r, "speedup_theory_tau"))["tree_size"]
+    said = (f"dynamic τ above static and random at {sum(num(r, 'tau_dynamic') > num(r, 'tau_static') for r in trees)}"
+            f" of {len(trees)} sizes; theory's best size {theory_best}, fastest measured {fastest['tree_size']} "
+            f"({num(fastest, 'measured_speedup'):.2f}x)")
+    holds = "the dynamic tree's lead holds" if dynamic_best else "the dynamic tree does not lead everywhere"
+    picked = num(pick(measured, tree_size=theory_best), "measured_speedup")
+    return judged(dynamic_best and theory_best == fastest["tree_size"], said,
+                  "dynamic trees lead and the theory's tree size is the fastest",
+                  f"{holds}; the theory picks size {theory_best} ({picked:.2f}x measured) but size "
+                  f"{fastest['tree_size']} runs {num(fastest, 'measured_speedup'):.2f}x on this CPU")
+
+
+@dataclass(frozen=True)
+class Ablation:
+    """One PPD ablation table: ours and the paper's baseline and variant rows (column 'row')."""
+    table: str
+    csv: str
+    change: str
+    ours: tuple[str, str]  # (baseline, variant)
+    paper: tuple[str, str]
+
+
+ABLATIONS = (
+    Ablation("Table 2", f"{PPD_DIR}/ppd_table2_ablation.csv", "more EPTs", ("ept1", "ept3"),
+             ("paper: 1 EPT", "paper: 100 EPT")),
+    Ablation("Table 3", f"{PPD_DIR}/ppd_table3_ablation.csv", "knowledge distillation", ("ept1-no-kd", "ept1"),
+             ("paper: 1 EPT, no KD", "paper: 1 EPT, KD, 12 epochs")),
+    Ablation("Table 4", f"{PPD_DIR}/ppd_table4_ablation.csv", "prefix tuning", ("ept1", "ept1-prefix-tuning"),
+             ("paper: no prefix tuning", "paper: prefix tuning")),
+    Ablation("Table 5", f"{PPD_DIR}/ppd_table5_ablation.csv", "custom head (2-stage)", ("ept1", "ept1-head-2-stage"),
+             ("paper: no custom head", "paper: custom head, 2-stage")),
+    Ablation("Table 6", f"{PPD_DIR}/ppd_table6_ablation.csv", "decoder mask", ("ept2", "ept2-decoder-mask"),
+             ("paper: ensemble mask", "paper: decoder mask")),
+    Ablation("Table 7", f"{PPD_DIR}/ppd_table7_ablation.csv", "learned weights", ("ept2", "ept2-learned-weights"),
+             ("paper: average", "paper: learned weight")),
+    Ablation("Table 8", f"{PPD_DIR}/ppd_table8_ablation.csv", "2 exits", ("ept1", "ept1-2-exits"),
+             ("paper: no multi-exit", "paper: 2 exits")),
+)
+ACCURACY = "@1 top-1"  # the column every ablation table compares
+
+
+@claim(DOCUMENT, "Tables 2–8 ablations (EPT count, KD/epochs/batch, prefix tuning, custom head, attention masks, "
+                 "aggregation, multi-exit)",
+       tuple(Artifact(a.csv, Exact(FP32_NO_INTERVAL)) for a in ABLATIONS),
+       "", Quote(SEED, "Table 2: Prediction Accuracy of PPD with different EPTs"),
+       "each ablation changes top-1 @1 in the paper's direction")
+def ppd_ablations(t: Tables) -> Outcome:
+    agree, disagree, paper, sizes = [], [], [], []
+    for a in ABLATIONS:
+        rows = t.rows(a.csv)
+        ours = [num(pick(rows, row=label), ACCURACY) for label in a.ours]
+        theirs = [num(pick(rows, row=label), ACCURACY) for label in a.paper]
+        mine, printed = ours[1] - ours[0], theirs[1] - theirs[0]
+        if (mine > 0) == (printed > 0):
+            agree.append(f"{a.table} {a.change} {mine:+.3f}")
+        else:
+            disagree.append(f"{a.table} {a.change} {mine:+.3f}")
+            sizes.append(abs(mine))
+        paper.append(f"{a.table} {printed:+.3f}")
+    steps = pick(t.rows(ABLATIONS[0].csv), row=ABLATIONS[0].ours[0])["steps"]
+    said = (f"{len(agree)} of {len(ABLATIONS)} directions agree ({'; '.join(agree)}); disagree: "
+            f"{'; '.join(disagree) or 'none'}")
+    return judged(not disagree, said, "every ablation moves top-1 @1 the paper's way",
+                  f"{len(disagree)} ablations go the other way, by {min(sizes, default=0):.3f} to "
+                  f"{max(sizes, default=0):.3f} in top-1 @1, with prompt tokens trained {steps} steps on a 135M model",
+                  paper="change in top-1 @1: " + ", ".join(paper) + " (paper rows of each CSV)")
+
+
+PPD_FIG9 = f"{PPD_DIR}/ppd_fig9_training_loss.csv"
+
+
+@claim(DOCUMENT, "Fig. 9 training loss", (Artifact(PPD_FIG9, Exact(FP32_NO_INTERVAL)),),
+       "loss starts above 5, falls below 2 within the first epoch", Quote(SEED, "starting above 5"),
+       "the training loss falls from its first value")
+def ppd_fig9(t: Tables) -> Outcome:
+    r = t.rows(PPD_FIG9)[0]
+    said = (f"{r['run']}: {num(r, 'first_loss'):.2f} → {num(r, 'last_50_mean'):.2f} (mean of the last 50 of "
+            f"{r['steps']} steps), validation {num(r, 'final_val_loss'):.2f}")
+    return judged(num(r, "last_50_mean") < num(r, "first_loss"), said,
+                  "the loss falls and levels off (its level differs: another model and data)", "the loss does not fall")
+
+
+CLAIMS = (ppd_fig1, ppd_table1, ppd_fig4, ppd_fig5, ppd_fig6, ppd_fig7, ppd_fig8, ppd_ablations, ppd_fig9)

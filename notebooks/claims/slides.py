@@ -1,0 +1,155 @@
+"""Slides (003): the slides on Leviathan et al., *Fast Inference from Transformers via Speculative Decoding*
+(ICML 2023). Their theory (expected tokens, optimal γ, walltime and operations factors) is checked against the
+formulas restated in :mod:`claims.formulas`; their Tables 2 and 3 against our measured speedups and α.
+
+Here are its claims, one per catalogue item of ``shared/seeds/README.md``, in the catalogue's order. Each is one block:
+the artifact paths it reads, then its row (``@claim``: the catalogue item, the document's number and the words
+that print it, the criterion, the artifacts and how each may move against the committed copy) above the judge
+that decides it. A new item is one more block here and its name in ``CLAIMS``.
+"""
+
+from __future__ import annotations
+
+from .base import (FP32_NO_INTERVAL, Artifact, Exact, MachineSpecific, Outcome, Quote, Tables, claim, judged, largest,
+                   mean, num, pick, rel_gap)
+from .formulas import FORMULA_RTOL, best_speedup, expected_tokens, operations_factor, walltime_factor
+
+DOCUMENT = "Slides (003)"  # the catalogue's label
+SEED = "003_98d09c7997ae498b.txt"  # under shared/seeds/
+
+
+FIG2 = "theory_speculative/slides_fig2_expected_tokens.csv"
+
+
+@claim(DOCUMENT, "Fig. 2 expected tokens vs α for several γ", (Artifact(FIG2, Exact()),),
+       "no values (a chart of the formula; the slides note γ + 1 = 7 at α = 1 for the top curve)",
+       Quote(SEED, "So, red line should be close to 7 at $\\alpha = 1.0$"),
+       "our closed form equals (1 − α^(γ+1))/(1 − α) recomputed here, and Monte Carlo agrees (|z| < 4)")
+def slides_fig2(t: Tables) -> Outcome:
+    rows = t.rows(FIG2)
+    off = max(rel_gap(num(r, "tau_closed_form"), expected_tokens(num(r, "alpha"), int(num(r, "gamma")))) for r in rows)
+    worst_z = max(abs(num(r, "z_score")) for r in rows)
+    top = max(rows, key=lambda r: (num(r, "gamma"), num(r, "alpha")))
+    ours = (f"τ(γ = {top['gamma']}, α = {top['alpha']}) = {num(top, 'tau_closed_form'):.3f}; {len(rows)} points, "
+            f"Monte Carlo max |z| {worst_z:.1f}")
+    return judged(off < FORMULA_RTOL and worst_z < 4, ours, "the document's formula at every point; simulation agrees",
+                  f"formula gap {off:.1e}, Monte Carlo max |z| {worst_z:.1f}")
+
+
+FIG3 = "theory_speculative/slides_fig3_optimal_gamma.csv"
+
+
+@claim(DOCUMENT, "Fig. 3 optimal γ vs α for several c", (Artifact(FIG3, Exact()),),
+       "no values (a chart)", Quote(SEED, "Figure 3. The optimal $\\gamma$ as a function of $\\alpha$"),
+       "the speedup at our optimal γ equals the best over γ = 1…200 of the formula recomputed here")
+def slides_fig3(t: Tables) -> Outcome:
+    rows = t.rows(FIG3)
+    off = max(rel_gap(num(r, "speedup_at_optimum"), best_speedup(num(r, "alpha"), num(r, "c"))) for r in rows)
+    same = sum(r["optimal_gamma"] == r["monte_carlo_optimal_gamma"] for r in rows)
+    example = max((r for r in rows if num(r, "c") == min(num(x, "c") for x in rows)), key=lambda r: num(r, "alpha"))
+    ours = (f"optimal γ = {example['optimal_gamma']} at c = {example['c']}, α = {example['alpha']}; "
+            f"Monte Carlo picks the same γ at {same} of {len(rows)} points")
+    return judged(off < FORMULA_RTOL, ours, "each optimum is the best γ of the document's formula (ties and "
+                  "near-ties aside, where Monte Carlo may pick a neighbour)", f"optimum off the formula by {off:.1e}")
+
+
+S33 = "theory_speculative/slides_s3_3_walltime_factor.csv"
+
+
+@claim(DOCUMENT, "§3.3 walltime factor", (Artifact(S33, Exact()),),
+       "a formula, no values",
+       Quote(SEED, "Speculative decode ありでの 1 token の生成時間は以下の式になる"),
+       "equals the formula (exponent restored) recomputed here")
+def slides_s33(t: Tables) -> Outcome:
+    rows = t.rows(S33)
+    off = max(rel_gap(num(r, "walltime_factor"), walltime_factor(num(r, "alpha"), int(num(r, "gamma")), num(r, "c")))
+              for r in rows)
+    simulated = max(rel_gap(num(r, "monte_carlo"), num(r, "walltime_factor")) for r in rows)
+    ours = f"{len(rows)} (c, γ, α) points; Monte Carlo within {simulated:.1%} (no standard error in the CSV)"
+    return judged(off < FORMULA_RTOL, ours, "the formula with 1 − α^(γ+1) at every point",
+                  f"formula gap {off:.1e}")
+
+
+S34 = "theory_speculative/slides_s3_4_operations_factor.csv"
+
+
+@claim(DOCUMENT, "§3.4 arithmetic-operations factor", (Artifact(S34, Exact()),),
+       "", Quote(SEED, "計算量は $\\gamma + 1$ 倍になる"),
+       "the slides' example (γ + 1 at α = 0, ĉ = 0) and the formula recomputed here")
+def slides_s34(t: Tables) -> Outcome:
+    rows = t.rows(S34)
+    off = max(max(rel_gap(num(r, "operations_c_hat_0"), operations_factor(num(r, "alpha"), int(num(r, "gamma")), 0)),
+                  rel_gap(num(r, "operations_c_hat_0.05"), operations_factor(num(r, "alpha"), int(num(r, "gamma")),
+                                                                             0.05)))
+              for r in rows)
+    examples = [r for r in rows if num(r, "slides_example_alpha0_c_hat0") is not None]
+    example_ok = all(num(r, "operations_c_hat_0") == num(r, "slides_example_alpha0_c_hat0") for r in examples)
+    g = examples[-1]
+    ours = f"α = 0, ĉ = 0: {num(g, 'operations_c_hat_0'):g} at γ = {g['gamma']} ({len(examples)} γ values checked)"
+    return judged(off < FORMULA_RTOL and example_ok and bool(examples), ours,
+                  "the slides' example and the formula at every point", f"formula gap {off:.1e} or example differs",
+                  paper=f"γ + 1 at α = 0, ĉ = 0 (column slides_example_alpha0_c_hat0: "
+                        f"{num(g, 'slides_example_alpha0_c_hat0'):g} at γ = {g['gamma']})")
+
+
+T2_OURS = "speculative_slides_tables/slides_table2_speedup.csv"
+T2_PUBLISHED = "speculative_slides_tables/slides_table2_published.csv"
+T2_IMPLIED = "theory_speculative/slides_table2_implied_cost.csv"
+
+
+def is_lm_draft(name: str) -> bool:
+    """Whether Table 2's ``draft`` names a language-model draft (not an n-gram or prompt-lookup one)."""
+    return name not in ("unigram", "bigram", "prompt-lookup")
+
+
+@claim(DOCUMENT, "Table 2 empirical speedups (draft, temperature, γ, α, speed)",
+       (Artifact(T2_OURS, MachineSpecific("speed", largest("speedup", "gamma"))),
+        Artifact(T2_PUBLISHED, Exact("the published rows and the cost c they imply")),
+        Artifact(T2_IMPLIED, Exact())),
+       "", Quote(SEED, "They achieved 2-3 times speed up."),
+       "our best LM-draft speedup is ≥ 2x (the slides' 2–3x)",
+       pictures=("speculative_slides_tables/speedup_vs_gamma_measured_vs_predicted.png",))
+def slides_table2(t: Tables) -> Outcome:
+    published = t.rows(T2_PUBLISHED)
+    best_paper = max(published, key=lambda r: num(r, "speedup"))
+    rows = [r for r in t.rows(T2_OURS) if is_lm_draft(r["draft"])]
+    best = max(rows, key=lambda r: num(r, "speedup"))
+    alphas = [num(r, "alpha") for r in rows]
+    ours = (f"best {num(best, 'speedup'):.2f}x ({best['draft']}, T = {best['T']}, γ = {best['gamma']}, "
+            f"{best['dtype']}); α {min(alphas):.2f}–{max(alphas):.2f}")
+    why = (f"α ≤ {max(alphas):.2f} and c ≈ {mean(num(r, 'c') for r in rows):.2f} on this CPU predict at most "
+           f"{max(num(r, 'predicted_speedup') for r in rows):.2f}x: our draft is weak and not cheap enough")
+    return judged(num(best, "speedup") >= 2, ours, "a 2x speedup or more, as the slides report", why,
+                  paper=f"{num(best_paper, 'speedup'):g}x ({best_paper['task']}, {best_paper['draft']}, "
+                        f"T = {best_paper['T']}, γ = {best_paper['gamma']}, α = {best_paper['alpha']}; "
+                        f"slides_table2_published.csv)")
+
+
+T3_ALPHA = "speculative_slides_tables/slides_table3_alpha.csv"
+LM = "LM"  # how the slides' tables name a language-model draft
+
+
+@claim(DOCUMENT, "Table 3 empirical α for unigram, bigram and LM drafts at T=0 and T=1",
+       (Artifact(T3_ALPHA, Exact(FP32_NO_INTERVAL)),),
+       "", Quote(SEED, "T5-XXL (ENDE) T5-SMALL T=0 0.75"),
+       "our LM-draft α reaches the lowest published LM-draft α, and unigram ≤ bigram ≤ LM")
+def slides_table3(t: Tables) -> Outcome:
+    rows = t.rows(T3_ALPHA)
+    published = ("alpha_gpt_like_97m", "alpha_t5_xxl_ende", "alpha_t5_xxl_cnndm", "alpha_lamda_137b")
+    lm = [r for r in rows if r["draft"].startswith(LM)]
+    paper_lm = [v for r in lm for c in published if (v := num(r, c)) is not None]
+    lm_alpha = {r["T"]: num(r, "alpha_ours") for r in lm}
+    ordered = all(num(pick(rows, draft="unigram", T=temp), "alpha_ours")
+                  <= num(pick(rows, draft="bigram", T=temp), "alpha_ours") <= lm_alpha[temp] for temp in lm_alpha)
+    ours = ", ".join(f"LM α {a:.2f} at T = {temp}" for temp, a in lm_alpha.items())
+    ordering = "ordering unigram ≤ bigram ≤ LM holds" if ordered else "ordering unigram ≤ bigram ≤ LM fails"
+    t5 = num(pick(lm, T="0"), "alpha_t5_xxl_ende")
+    return judged(min(lm_alpha.values()) >= min(paper_lm) and ordered, ours,
+                  f"LM α within the published range; {ordering}",
+                  f"LM α below every published LM-draft α ({min(paper_lm):.2f}–{max(paper_lm):.2f}): our draft is "
+                  f"weak; {ordering}",
+                  paper=f"LM draft α {min(paper_lm):.2f}–{max(paper_lm):.2f} (T5-small on T5-XXL EnDe, T = 0: "
+                        f"{t5:g}); slides_table3_alpha.csv")
+
+
+CLAIMS = (slides_fig2, slides_fig3, slides_s33, slides_s34, slides_table2, slides_table3)
