@@ -278,3 +278,23 @@ def test_cli_accepts_the_make_bench_arguments():
         "--draft smollm2-135m-draft --suite mixed --max-new-tokens 64 --temperature 0 --gamma 4 --repeats 1 "
         "--out figures/bench".split())
     assert args.func.__name__ == "cmd_bench" and args.suite == "mixed" and args.gamma == 4
+
+
+def test_the_summary_speedups_are_the_pooled_and_the_median_ratio():
+    """Hand-made records where the two differ (one long prompt slower than AR, two short ones faster): ``speedup``
+    is the pooled tokens/s ratio, ``speedup_median`` the median of paired ratios, and the printed table says so."""
+    from specrepro.core import stats
+    from specrepro.run.bench_summary import format_summary, summarize
+    walls = {"ar": {"a": 2.0, "b": 3.0, "c": 25.0}, "speculative": {"a": 1.0, "b": 1.0, "c": 50.0}}
+    tokens = {"a": 10, "b": 10, "c": 100}
+    records = [{"method": m, "prompt_id": p, "repeat": 0, "new_tokens": tokens[p], "wall_time_s": walls[m][p],
+                "token_ids": [1] * tokens[p], "target_calls": tokens[p], "accept_lengths": [],
+                "proposed_lengths": []} for m in walls for p in tokens]
+    variants = [Variant.parse(label, "fp32", 4) for label in walls]
+    rows = {r["method"]: r for r in summarize(records, variants, False, {}, "ar")}
+    spec = rows["speculative"]
+    assert spec["speedup"] == pytest.approx((120 / 52) / (120 / 30))  # pooled: the long prompt dominates
+    assert spec["speedup_median"] == pytest.approx(2.0)  # paired ratios 2, 3 and 0.5
+    assert rows["ar"]["speedup"] == rows["ar"]["speedup_median"] == 1.0
+    caption = format_summary(list(rows.values())).splitlines()[-1]
+    assert f"speedup: {stats.POOLED_RATIO}" in caption and f"speedup_median: {stats.MEDIAN_OF_RATIOS}" in caption

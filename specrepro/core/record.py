@@ -2,8 +2,9 @@
 from __future__ import annotations
 
 import dataclasses
-import statistics
 from dataclasses import dataclass, field
+
+from .stats import median_of_ratios
 
 
 def tested(accept_lengths: list[int], proposed_lengths: list[int]) -> int:
@@ -38,28 +39,34 @@ def tokens_per_call(records) -> float | None:
     return sum(_get(r, "new_tokens") if isinstance(r, dict) else r.new_tokens for r in records) / sum(calls)
 
 
+def _tokens(record) -> int:
+    return record["new_tokens"] if isinstance(record, dict) else record.new_tokens
+
+
 def tokens_per_second(record) -> float | None:
-    wall, tokens = _get(record, "wall_time_s"), (record["new_tokens"] if isinstance(record, dict) else record.new_tokens)
+    wall, tokens = _get(record, "wall_time_s"), _tokens(record)
     return tokens / wall if wall > 0 and tokens else None
 
 
-def paired_speedups(records, baseline) -> list[float]:
-    """Per (prompt, repeat), tokens/s over the baseline's on the same prompt and repeat (records are paired by their
-    ``prompt_id`` and ``repeat``; unpaired ones are left out)."""
-    base = {(_get(b, "prompt_id"), _get(b, "repeat")): tokens_per_second(b) for b in baseline}
+def paired_runs(records, baseline) -> list[tuple[tuple[int, float], tuple[int, float]]]:
+    """Per (prompt, repeat) that both ran, ((tokens, seconds) of ``records``, (tokens, seconds) of ``baseline``):
+    runs in the [N, 2, 2] layout of ``core.stats``. Records are paired by their ``prompt_id`` and ``repeat``; an
+    unpaired one, or one with no tokens or no time (no tokens/s), is left out."""
+    base = {(_get(b, "prompt_id"), _get(b, "repeat")): b for b in baseline}
     out = []
     for r in records:
-        b, t = base.get((_get(r, "prompt_id"), _get(r, "repeat"))), tokens_per_second(r)
-        if b and t:
-            out.append(t / b)
+        b = base.get((_get(r, "prompt_id"), _get(r, "repeat")))
+        if b is not None and tokens_per_second(b) and tokens_per_second(r):
+            out.append(((_tokens(r), _get(r, "wall_time_s")), (_tokens(b), _get(b, "wall_time_s"))))
     return out
 
 
 def median_speedup(records, baseline) -> float | None:
-    """Median over (prompt, repeat) of the paired speedup: unlike the pooled ratio, one record stalled by another
-    process on a shared CPU cannot move it much."""
-    ratios = paired_speedups(records, baseline)
-    return statistics.median(ratios) if ratios else None
+    """``stats.median_of_ratios`` (MEDIAN_OF_RATIOS) of the paired runs: the median over (prompt, repeat) of tokens/s
+    over the baseline's. Unlike the pooled ratio, one record stalled by another process on a shared CPU cannot move it
+    much. None when no run pairs."""
+    runs = paired_runs(records, baseline)
+    return median_of_ratios(runs) if runs else None
 
 
 @dataclass

@@ -3,7 +3,8 @@
 A claim ("mentored decoding is at least 1.3× speculative sampling", "its NLL rises by at most 0.05 nats per token")
 is a statistic and a threshold. Its interval comes from a paired bootstrap over the units that vary — prompts, and
 seeds when there are several — so that each resample keeps every method's runs on the same prompts together and a
-prompt's own difficulty cancels. Then, for a claim "statistic ≥ threshold" (:func:`at_least`):
+prompt's own difficulty cancels (``specrepro.core.stats.paired_bootstrap``, the package's one interval, beside the
+estimators a statistic is usually one of). Then, for a claim "statistic ≥ threshold" (:func:`at_least`):
 
 - **holds** when the whole interval lies at or above the threshold;
 - **fails** when the whole interval lies below it;
@@ -22,9 +23,10 @@ from typing import Callable
 
 import numpy as np
 
+from ..core.stats import LEVEL, paired_bootstrap  # the one interval (re-exported: notebooks import it from here)
+
 HOLDS, FAILS, UNDECIDED = "holds", "fails", "undecided, n too small"
 VERDICTS = (HOLDS, FAILS, UNDECIDED)
-LEVEL = 0.95
 MIN_PROMPTS = 5  # fewer prompts: a bootstrap interval takes only a few values and says nothing; undecided
 
 __all__ = ["FAILS", "HOLDS", "LEVEL", "MIN_PROMPTS", "UNDECIDED", "VERDICTS", "Verdict", "all_of", "at_least",
@@ -55,7 +57,8 @@ class Verdict:
         return asdict(self)
 
 
-def _interval(interval) -> tuple[float, float]:
+def _checked(interval) -> tuple[float, float]:
+    """``interval`` as two floats, refused unless finite and ordered (it checks an interval; it makes none)."""
     low, high = (float(v) for v in interval)
     if not (math.isfinite(low) and math.isfinite(high)) or low > high:
         raise ValueError(f"an interval is (low, high) with finite low <= high, got {interval!r}")
@@ -65,7 +68,7 @@ def _interval(interval) -> tuple[float, float]:
 def at_least(claim: str, statement: str, n: str, estimate: float, interval, threshold: float,
              rule: str = "") -> Verdict:
     """The claim "statistic ≥ threshold": holds if low ≥ threshold, fails if high < threshold, else undecided."""
-    low, high = _interval(interval)
+    low, high = _checked(interval)
     verdict = HOLDS if low >= threshold else FAILS if high < threshold else UNDECIDED
     rule = rule or f"{LEVEL:.0%} paired bootstrap interval against ≥ {threshold:g}"
     return Verdict(claim, statement, n, float(estimate), low, high, float(threshold), verdict, rule)
@@ -74,7 +77,7 @@ def at_least(claim: str, statement: str, n: str, estimate: float, interval, thre
 def at_most(claim: str, statement: str, n: str, estimate: float, interval, threshold: float,
             rule: str = "") -> Verdict:
     """The claim "statistic ≤ threshold": holds if high ≤ threshold, fails if low > threshold, else undecided."""
-    low, high = _interval(interval)
+    low, high = _checked(interval)
     verdict = HOLDS if high <= threshold else FAILS if low > threshold else UNDECIDED
     rule = rule or f"{LEVEL:.0%} paired bootstrap interval against ≤ {threshold:g}"
     return Verdict(claim, statement, n, float(estimate), low, high, float(threshold), verdict, rule)
@@ -90,36 +93,6 @@ def all_of(claim: str, statement: str, parts: list[Verdict], rule: str = "") -> 
     lead = parts[0]
     rule = rule or "holds if every part holds: " + "; ".join(f"{p.claim} {p.verdict}" for p in parts)
     return Verdict(claim, statement, lead.n, lead.estimate, lead.low, lead.high, lead.threshold, verdict, rule)
-
-
-def paired_bootstrap(x, statistic: Callable[[np.ndarray], float], *, resamples: int = 2000, level: float = LEVEL,
-                     seed: int = 0) -> tuple[float, float]:
-    """Percentile interval of ``statistic`` under resampling of prompts and seeds.
-
-    ``x`` is [P] (P prompts) or [P, S, ...] (S seeds; axis 1 is always seeds, so methods go on axis 2 or later,
-    with S = 1 for one seed). Each resample draws P prompts with replacement along
-    axis 0 and, when ``x`` has a second axis, S seeds with replacement along axis 1 (the same seeds for every
-    prompt: a seed is a run of every method); whatever sits on later axes (methods, numerators and denominators)
-    stays together, so differences and ratios between methods are paired. ``statistic`` maps an array of ``x``'s
-    layout to a float."""
-    if not 0 < level < 1:
-        raise ValueError(f"level must be in (0, 1), got {level}")
-    if resamples < 1:
-        raise ValueError(f"resamples must be >= 1, got {resamples}")
-    x = np.asarray(x, dtype=float)
-    if x.ndim == 0 or x.shape[0] == 0:
-        raise ValueError(f"x must have at least one prompt on axis 0, got shape {x.shape}")
-    if not np.isfinite(x).all():
-        raise ValueError("x holds a value that is not finite (drop that prompt from every method first)")
-    rng = np.random.default_rng(seed)
-    values = np.empty(resamples)
-    for b in range(resamples):
-        sample = x[rng.integers(0, x.shape[0], x.shape[0])]  # [P, ...]
-        if x.ndim >= 2:
-            sample = sample[:, rng.integers(0, x.shape[1], x.shape[1])]  # [P, S, ...]
-        values[b] = statistic(sample)
-    tail = (1 - level) / 2
-    return float(np.quantile(values, tail)), float(np.quantile(values, 1 - tail))
 
 
 def decide(claim: str, statement: str, x, statistic: Callable[[np.ndarray], float], threshold: float,

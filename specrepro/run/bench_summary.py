@@ -20,7 +20,7 @@ import os
 import statistics
 from pathlib import Path
 
-from ..core import record
+from ..core import record, stats
 from ..core.cost import expected_speedup, step_seconds, tau
 from ..methods import Cost, Loop, Method
 from ..metrics.profile import Latency, Profile
@@ -30,6 +30,8 @@ SUMMARY_COLUMNS = ("method", "base_method", "dtype", "gamma", "batch_size", "n",
                    "mean_proposed", "c", "beta", "predicted_speedup",
                    "efficiency", "identical_to_ar", "identical_to_counterpart", "lossless", "perplexity", "rouge_l",
                    "joules_per_token", "error")
+SPEEDUP_CAPTION = (f"speedup: {stats.POOLED_RATIO} over the baseline (Σ tokens / Σ seconds on the same prompts); "
+                   f"speedup_median: {stats.MEDIAN_OF_RATIOS} (per prompt and repeat)")
 
 
 def run_wall(records: list[dict]) -> float:
@@ -120,7 +122,8 @@ def reference_label(variant, variants, base: str) -> str | None:
 
 def summarize(records: list[dict], variants: list, greedy: bool, profiles: dict[str, Profile],
               baseline: str | None, failed: dict[str, dict] | None = None) -> list[dict]:
-    """One row per variant (``SUMMARY_COLUMNS``); totals pooled over prompts and repeats. ``variants`` are
+    """One row per variant (``SUMMARY_COLUMNS``); totals pooled over prompts and repeats: ``speedup`` is the
+    ``stats.POOLED_RATIO`` over the baseline, ``speedup_median`` the ``stats.MEDIAN_OF_RATIOS``. ``variants`` are
     resolved (each has a concrete dtype); ``profiles`` maps dtype -> that dtype's session profile;
     ``baseline`` is the label of the autoregressive variant speedups are measured against; ``failed`` maps the
     label of a variant that raised to its error ({"error": type, "message", "where"}), shown in its row."""
@@ -174,12 +177,14 @@ def summarize(records: list[dict], variants: list, greedy: bool, profiles: dict[
             "lossless": lossless(spec, rs), **quality_and_energy(rs),
             "error": (f"{failed[v.label]['error']}: {failed[v.label]['message']}" if v.label in failed else None),
         })
-    base_tps = next((r["tokens_per_s"] for r in rows if r["method"] == baseline), None)
+    base = next((r for r in rows if r["method"] == baseline), None)
     for row in rows:
         row["speedup_median"] = record.median_speedup([r for r in records if r["method"] == row["method"]],
                                                       [r for r in records if r["method"] == baseline])
-        if base_tps and row["tokens_per_s"]:
-            row["speedup"] = row["tokens_per_s"] / base_tps
+        if base and base["tokens_per_s"] and row["tokens_per_s"]:
+            # the totals, not the runs: a batch's rows share one wall time, counted once (run_wall)
+            row["speedup"] = stats.pooled_ratio([[row["new_tokens"], row["wall_time_s"]],
+                                                 [base["new_tokens"], base["wall_time_s"]]])
             if row["predicted_speedup"]:
                 row["efficiency"] = row["speedup"] / row["predicted_speedup"]
     return rows
@@ -258,7 +263,7 @@ def read_summary(out: Path) -> list[dict]:
 
 
 def format_summary(rows: list[dict]) -> str:
-    """A plain-text table of a summary for the terminal."""
+    """A plain-text table of a summary for the terminal, with a caption that says which speedup is which."""
     def fmt(v) -> str:
         if v is None:
             return "-"
@@ -270,4 +275,5 @@ def format_summary(rows: list[dict]) -> str:
     widths = [max(len(c), *(len(row[i]) for row in cells)) for i, c in enumerate(cols)]
     lines = ["  ".join(c.ljust(w) for c, w in zip(cols, widths))]
     lines += ["  ".join(v.ljust(w) for v, w in zip(row, widths)) for row in cells]
+    lines.append(SPEEDUP_CAPTION)
     return "\n".join(lines)

@@ -25,6 +25,7 @@ from ..run.generate import generate_ids
 from ..metrics.profile import forward_timer
 from ..engine.models import LoadedModel
 from ..core.record import alpha_of, tokens_per_call
+from ..core import stats
 from ..decode.speculative import speculative_generate
 from ..core.warping import warp
 from .common import records_of, rows_of, run_means
@@ -203,27 +204,21 @@ def task_arrays(records: Sequence[dict], prompt_ids: Sequence[str], labels: Sequ
                       for s in repeats] for p in prompt_ids], dtype=float)
 
 
-def pooled_speed_ratio(x: np.ndarray) -> float:
-    """Pooled tokens/s of method 1 over method 0 of a ``task_arrays`` block [P, S, 2, 2] (the bench's speedup)."""
-    tokens, wall = x[..., 0].reshape(-1, 2).sum(0), x[..., 1].reshape(-1, 2).sum(0)  # [2] each
-    return float((tokens[1] / wall[1]) / (tokens[0] / wall[0]))
-
-
 def task_speedup_table(results: dict[float, BenchResult], suites: dict[str, Sequence[str]], speculative: str,
                        gamma: int, device: str, bootstrap: Callable | None, resamples: int = 2000) -> list[dict]:
-    """One row per (suite, decoding): speculative sampling's pooled tokens/s over AR on that suite's prompts,
-    its 95% paired-bootstrap interval over prompts and seeds (``bootstrap``: ``verdict.paired_bootstrap``; None
-    leaves it empty), α, tokens per target call, the bench's c and β(γ+1), the survey blog's E[speedup] from
-    them, and Chen et al.'s number for the same task and decoding where Table 1 has one. ``results`` maps a
-    temperature (0: greedy, else sampling) to a bench holding every suite's prompts; ``suites`` maps a suite to its
-    prompt ids."""
+    """One row per (suite, decoding): speculative sampling's speedup over AR on that suite's prompts, the bench's
+    estimator (``stats.pooled_ratio``, a caption's ``stats.POOLED_RATIO``), its 95% paired-bootstrap interval over
+    prompts and seeds (``bootstrap``: ``stats.paired_bootstrap``; None leaves it empty), α, tokens per target call,
+    the bench's c and β(γ+1), the survey blog's E[speedup] from them, and Chen et al.'s number for the same task and
+    decoding where Table 1 has one. ``results`` maps a temperature (0: greedy, else sampling) to a bench holding
+    every suite's prompts; ``suites`` maps a suite to its prompt ids."""
     table = []
     for suite, ids in suites.items():
         for temperature, result in results.items():
             decoding = "greedy" if temperature == 0 else "sampling"
-            x = task_arrays(result.records, ids, ("ar", speculative))  # [P, S, 2, 2]
-            ratio = pooled_speed_ratio(x)
-            low, high = bootstrap(x, pooled_speed_ratio, resamples=resamples) if bootstrap else (None, None)
+            x = task_arrays(result.records, ids, (speculative, "ar"))  # [P, S, 2, 2]: the stats layout
+            ratio = stats.pooled_ratio(x)
+            low, high = bootstrap(x, stats.pooled_ratio, resamples=resamples) if bootstrap else (None, None)
             spec = [r for r in result.records if r["method"] == speculative and r["prompt_id"] in set(ids)]
             prompt_tokens = statistics.mean(r["prompt_tokens"] for r in spec)
             alpha, row = alpha_of(spec), rows_of(result)[speculative]
@@ -233,7 +228,7 @@ def task_speedup_table(results: dict[float, BenchResult], suites: dict[str, Sequ
             table.append({
                 "suite": suite, "decoding": decoding, "temperature": float(temperature),
                 "gamma": gamma, "prompts": x.shape[0], "seeds": x.shape[1], "mean_prompt_tokens": prompt_tokens,
-                "new_tokens": int(x[..., 1, 0].sum()),  # speculative sampling's tokens
+                "new_tokens": int(x[..., 0, 0].sum()),  # speculative sampling's tokens
                 "speedup": ratio, "speedup_low": low, "speedup_high": high, "alpha": alpha,
                 "tokens_per_call": tokens_per_call(spec), "c": c, "beta": beta, "predicted_speedup": predicted,
                 "paper_task": task, "paper_decoding": paper_decoding, "paper_speedup": paper,

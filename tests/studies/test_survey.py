@@ -128,11 +128,16 @@ def test_task_speedup_table_pairs_prompts_and_names_the_paper():
     assert by["summarize", "greedy"]["mean_prompt_tokens"] == 7
 
 
-def test_pooled_speed_ratio_with_the_real_bootstrap():
+def test_task_arrays_in_the_stats_layout_with_the_real_bootstrap():
+    """The table by task reads ``task_arrays`` (speculative first, AR second) with the bench's pooled ratio."""
+    from specrepro.core import stats
     from specrepro.metrics.verdict import paired_bootstrap
-    x = np.array([[[[10, 1.0], [10, 0.5]]], [[[10, 2.0], [10, 1.0]]]])  # [P=2, S=1, 2, 2]: spec twice as fast
-    assert survey.pooled_speed_ratio(x) == pytest.approx(2.0)
-    assert paired_bootstrap(x, survey.pooled_speed_ratio, resamples=50) == pytest.approx((2.0, 2.0))
+    records = [{"method": m, "prompt_id": p, "repeat": 0, "new_tokens": 10, "wall_time_s": t}
+               for m, p, t in (("ar", "a", 1.0), ("s", "a", 0.5), ("ar", "b", 2.0), ("s", "b", 1.0))]
+    x = survey.task_arrays(records, ["a", "b"], ("s", "ar"))  # [P=2, S=1, 2, 2]: s twice as fast
+    assert x.tolist() == [[[[10, 0.5], [10, 1.0]]], [[[10, 1.0], [10, 2.0]]]]
+    assert stats.pooled_ratio(x) == pytest.approx(2.0)
+    assert paired_bootstrap(x, stats.pooled_ratio, resamples=50) == pytest.approx((2.0, 2.0))
 
 
 def test_staged_table_counts_calls_per_token():
