@@ -178,6 +178,16 @@ def test_the_explorer_notebook_runs_headless(tmp_path):
     assert sorted(p.name for p in (ROOT / "figures").iterdir()) == before
 
 
+def test_the_explorer_opens_on_its_controls():
+    """Every code cell of the explorer opens collapsed in JupyterLab (``jupyter.source_hidden``), so that a reader
+    sees the controls and plots, not the wiring; the parameters cell keeps its tag."""
+    import nbformat
+    cells = nbformat.read(ROOT / "notebooks" / "explore.ipynb", as_version=4).cells
+    code = [c for c in cells if c.cell_type == "code"]
+    assert code and all(c.metadata.get("jupyter", {}).get("source_hidden") is True for c in code)
+    assert "parameters" in code[0].metadata.get("tags", [])
+
+
 def test_controls_are_frozen():
     with pytest.raises(dataclasses.FrozenInstanceError):
         ex.Controls().alpha = 0.5  # type: ignore[misc]
