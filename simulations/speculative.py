@@ -1,6 +1,6 @@
 """Closed forms for speculative decoding under the i.i.d. acceptance model.
 
-Notation (specrepro, see ``/work/shared/seeds/README.md``): p = target model, q = draft model,
+Notation (specrepro, see ``docs/notation.md``): p = target model, q = draft model,
 γ = draft tokens per step, α = probability that a draft token is accepted (the same at every
 position, independently: the simplification both the slides and the survey blog make), c =
 draft/target cost ratio of one forward pass, β = cost of verifying γ+1 tokens with the target

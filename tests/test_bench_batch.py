@@ -97,7 +97,8 @@ def test_a_run_written_before_batch_size_resumes_at_batch_1(tmp_path, bench_pair
 
 
 def test_what_cannot_batch_is_refused_before_anything_runs(tmp_path, bench_pair, bench_table_path):
-    with pytest.raises(ValueError, match=r"method 'mjsd' cannot batch \(batch size 4\): batched decoding runs ar, "):
+    with pytest.raises(ValueError, match=r"method 'mjsd' cannot batch \(batch size 4\): batched decoding runs ar "
+                                         r"and the speculative methods whose drafter declares how its rows batch"):
         config(bench_table_path, methods=("ar", "mjsd"), batch_size=4)
     with pytest.raises(ValueError, match="'hf-ar' cannot batch"):
         config(bench_table_path, methods=("ar", "hf-ar"), batch_size=2)

@@ -1,7 +1,7 @@
 """The explorer in a real browser. JupyterLab serves copies of notebooks/explore.ipynb and of one executed notebook
 from a tmp folder (its autosave never writes over the repository's files); headless Chromium, Debian's `chromium`
-package driven by playwright (no browser download), runs every cell of the explorer, moves the α slider and sees the
-first plot redrawn with no error, then opens the executed notebook and sees its figures.
+package driven by playwright (no browser download), runs every cell of the explorer, sees its code collapsed, moves
+the α slider and sees the first plot redrawn with no error, then opens the executed notebook and sees its figures.
 
 Screenshots (the explorer before and after α moves, the executed notebook) go to $SPECREPRO_SCREENSHOTS, else to
 the test's tmp folder. Without chromium or playwright the test is skipped with what to install, never passed.
@@ -58,6 +58,11 @@ ALL_RUN = f"""() => {{
   const cells = ({CURRENT}).content.widgets.filter(cell => cell.model.type === 'code');
   return cells.every(cell => cell.model.executionCount !== null
                              && !cell.node.querySelector('.jp-InputPrompt').innerText.includes('*'));
+}}"""
+# Every code cell of the current notebook shows its input collapsed.
+CODE_HIDDEN = f"""() => {{
+  const cells = ({CURRENT}).content.widgets.filter(cell => cell.model.type === 'code');
+  return cells.length > 0 && cells.every(cell => cell.inputHidden);
 }}"""
 # Error outputs in the current notebook's cells ("ename: evalue"), and the explorer's own messages for errors raised
 # inside widget callbacks (.specrepro-error with text).
@@ -170,9 +175,10 @@ def test_the_explorer_runs_and_redraws_in_chromium_and_the_executed_notebook_sho
             _wait(page, ALL_RUN, RUN_ALL_S, "every explorer cell to have run")
             _wait(page, KERNEL_IDLE, RUN_ALL_S, "the kernel to be idle after Run All")
             times["run all"] = time.perf_counter() - mark
-            # Code hidden (View > Collapse All Code) and the file browser closed, so that the screenshots show the
-            # controls above the plot.
-            page.evaluate("window.jupyterapp.commands.execute('notebook:hide-all-cell-code')")
+            # The explorer opens on its controls: every code cell's input is collapsed by the notebook's own
+            # metadata (jupyter.source_hidden), not by a command here. The file browser closed, so that the
+            # screenshots show the controls above the plot.
+            assert page.evaluate(CODE_HIDDEN), "a code cell of the explorer opened with its code shown"
             page.evaluate("window.jupyterapp.shell.collapseLeft()")
             _screenshot(page, ALPHA, shots / "explorer-before.png")
             plot = page.locator(PLOT).first

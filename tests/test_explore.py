@@ -12,6 +12,7 @@ import pytest
 
 import simulations as sim
 from specrepro.run import explore as ex
+from specrepro.run import explore_figures
 from specrepro.run import plots
 from specrepro.core.config import DecodeConfig
 from specrepro.drafters import LMDrafter
@@ -76,6 +77,37 @@ def test_the_committed_benches_give_points_with_their_device():
     assert batched and all(p.batch_size == 8 and p.label().endswith("B = 8") for p in batched)
 
 
+def test_the_method_lists_follow_the_registry():
+    """A tree method of the registry is on the tree figure and in the run panel without a change to the explorer:
+    EAGLE, whose committed benches (eagle-t0, eagle-t1) measured it, is the case at hand."""
+    from specrepro.methods import REGISTRY
+    assert set(ex.TREE_METHODS) == {name for name, m in REGISTRY.items() if m.token_tree} >= {"medusa", "ppd", "eagle"}
+    assert {"speculative", "prompt-lookup"} <= set(ex.CHAIN_METHODS)
+    assert not set(ex.CHAIN_METHODS) & set(ex.TREE_METHODS)
+    assert not {"spectr", "mjsd", "mentored", "multi-draft", "hf-assisted"} & set(ex.CHAIN_METHODS)  # other laws
+    assert "ar" in ex.RUN_METHODS and set(ex.TREE_METHODS) <= set(ex.RUN_METHODS)
+    assert not {"mjgd", "unigram", "hf-ar", "llamacpp-ar"} & set(ex.RUN_METHODS)  # no chain of ours, or no table
+    eagle = [p for p in ex.bench_points() if p.base == "eagle"]
+    assert {p.bench for p in eagle} >= {"eagle-t0", "eagle-t1"} and all(p.tree_size for p in eagle)
+    shown = " ".join(plots.texts(ex.tree_figure(ex.Controls(temperature=0.0), eagle)))
+    assert "measured, bench eagle-t0" in shown
+
+
+def test_the_committed_benches_are_found_through_one_setting(tmp_path, monkeypatch):
+    from specrepro.run import committed
+    monkeypatch.delenv("SPECREPRO_FIGURES", raising=False)
+    assert committed.bench_dir() == ROOT / "figures" / "bench"
+    copy = tmp_path / "figures" / "bench" / "medusa-t0"
+    copy.mkdir(parents=True)
+    for name in ("summary.csv", "config.json", "provenance.json"):
+        (copy / name).write_bytes((ROOT / "figures" / "bench" / "medusa-t0" / name).read_bytes())
+    monkeypatch.setenv("SPECREPRO_FIGURES", str(tmp_path / "figures"))
+    assert committed.bench_dir() == tmp_path / "figures" / "bench"
+    points = ex.bench_points()
+    assert points and {p.bench for p in points} == {"medusa-t0"}
+    assert committed.figures_dir(ROOT / "figures") == ROOT / "figures"  # a folder given wins over the setting
+
+
 @pytest.mark.parametrize("draw", [ex.tokens_figure, ex.speedup_figure, ex.tree_figure, ex.moe_figure,
                                   ex.mentored_figure])
 def test_every_figure_says_what_it_is_and_renders(draw):
@@ -91,8 +123,8 @@ def test_every_figure_says_what_it_is_and_renders(draw):
 
 def test_the_tree_curve_grows_with_size_and_with_alpha():
     sizes = (2, 4, 8, 16, 32)
-    low, _ = ex._tree_curves(0.3, sizes)
-    high, _ = ex._tree_curves(0.7, sizes)
+    low, _ = explore_figures._tree_curves(0.3, sizes)
+    high, _ = explore_figures._tree_curves(0.7, sizes)
     assert np.all(np.diff(high) >= -1e-9) and np.all(high > low) and np.all(low >= 1.0)
 
 
@@ -144,6 +176,16 @@ def test_the_explorer_notebook_runs_headless(tmp_path):
     text = (tmp_path / "explore.ipynb").read_text()
     assert "measured points from" in text  # the first code cell's summary line; the theory cell asserts its drawing
     assert sorted(p.name for p in (ROOT / "figures").iterdir()) == before
+
+
+def test_the_explorer_opens_on_its_controls():
+    """Every code cell of the explorer opens collapsed in JupyterLab (``jupyter.source_hidden``), so that a reader
+    sees the controls and plots, not the wiring; the parameters cell keeps its tag."""
+    import nbformat
+    cells = nbformat.read(ROOT / "notebooks" / "explore.ipynb", as_version=4).cells
+    code = [c for c in cells if c.cell_type == "code"]
+    assert code and all(c.metadata.get("jupyter", {}).get("source_hidden") is True for c in code)
+    assert "parameters" in code[0].metadata.get("tags", [])
 
 
 def test_controls_are_frozen():

@@ -7,7 +7,7 @@ the distribution q each token was drawn from. A chain of γ tokens (classic spec
 speculative sampling stays exact (the survey blog: "a process which produces deterministic tokens could take
 the place of q, and the samples will still be from p").
 
-The verifier scores a proposal through the drafter's ``score(model, ids, tokens, parents) -> Scores`` (STYLE.md:
+The verifier scores a proposal with the drafter's ``score(model, ids, tokens, parents) -> Scores`` (docs/notation.md:
 "one scorer: score(committed, tree) -> (logits [N+1, V], hidden | None)"). The default is the verifier's own
 tree forward (``score_tree``); a drafter whose own nodes ride in that forward overrides it: PPD appends its
 prompt tokens after the candidates (``drafters.ppd``), scored for their hidden states only and never verified

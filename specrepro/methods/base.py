@@ -180,13 +180,14 @@ class Method:
 
     def check_batch(self, batch_size: int, gamma: int | str) -> None:
         """One clear error when a run of ``batch_size`` rows at once cannot be this method's: it does not batch, or
-        γ is auto (its cost model is β at batch 1)."""
+        γ is auto (its cost model is β at batch 1). The error says which methods batch by the rule of ``batches``,
+        not by name: the list (``methods.BATCHING``) is the registry's, which imports this module."""
         if batch_size <= 1:
             return
         if not self.batches:
-            from . import BATCHING
-            raise ValueError(f"method {self.name!r} cannot batch (batch size {batch_size}): batched decoding runs "
-                             f"{', '.join(BATCHING)}; run it at batch size 1")
+            raise ValueError(f"method {self.name!r} cannot batch (batch size {batch_size}): batched decoding runs ar "
+                             f"and the speculative methods whose drafter declares how its rows batch (the "
+                             f"`--batch-size` > 1 column of `python -m specrepro methods`); run it at batch size 1")
         if gamma == "auto":
             raise ValueError(f"{self.name} at batch size {batch_size}: gamma auto runs at batch size 1 (its cost "
                              f"model is β at batch 1); give an integer gamma")

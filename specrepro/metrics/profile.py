@@ -55,6 +55,7 @@ from ..core.decoding import Clock, model_device
 from ..core.kvcache import CachedModel
 from ..engine.models import native_bf16
 from ..core.provenance import atomic_write_text, git_revision
+from .prefix import BatchedPrefix, batch_contexts
 
 FORMAT = "specrepro-device-profile/2"  # /2 adds the longer contexts and the prefill
 FORMAT_1 = "specrepro-device-profile/1"  # still read (committed benches hold such profiles), never written
@@ -433,12 +434,11 @@ def profiles_dir() -> Path:
 def forward_timer(model: torch.nn.Module, context: list[int], batch: int = 1) -> Callable[[int], float]:
     """A function n -> seconds of one forward over n new tokens after ``context`` (cached once, rolled back
     after each call), device-synchronised. The one timing primitive of the package. With ``batch`` B > 1, one
-    forward over B different sequences of ``len(context)`` tokens × n new tokens each (``batching.BatchedPrefix``,
+    forward over B different sequences of ``len(context)`` tokens × n new tokens each (``prefix.BatchedPrefix``,
     the context rotated per row), as a batched step scores them."""
     clock = Clock(model_device(model))
     tokens = context * (N_MAX // max(1, len(context)) + 1)
     if batch > 1:
-        from .batching import BatchedPrefix, batch_contexts
         prefix = BatchedPrefix(model, batch_contexts(context, batch))  # [B, L] cached
         new = batch_contexts(tokens[:N_MAX], batch)  # [B, N_MAX]: row b's new tokens
 
@@ -584,7 +584,6 @@ def prefill_time(model: torch.nn.Module, prompt: list[int], batch: int = 1) -> f
     B > 1, over B rows of ``len(prompt)`` tokens (the prompt rotated per row) at once."""
     clock = Clock(model_device(model))
     if batch > 1:
-        from .batching import BatchedPrefix, batch_contexts
         rows = batch_contexts(prompt, batch)  # [B, P]
         t0 = clock.now()
         BatchedPrefix(model, rows)

@@ -2,7 +2,7 @@
 batched AR against the batch size B, measured end to end, beside the survey blog's prediction from the measured
 β(B, γ+1) and α, and the MJSD paper's Table 1 claim checked on the same runs.
 
-Notation (STYLE.md): B = rows decoded at once, γ = draft tokens per step, α = acceptance rate, τ = tokens per step,
+Notation (docs/notation.md): B = rows at once, γ = draft tokens per step, α = acceptance rate, τ = tokens per step,
 c = draft/target cost ratio of one forward, β(B, n) = L(B, n) / L(B, 1) = what scoring n tokens in each of B rows
 costs relative to one token in each (``metrics.batching``).
 

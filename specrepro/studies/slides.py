@@ -1,7 +1,7 @@
 """The measuring code of ``notebooks/speculative_slides_tables.ipynb``: the slides' (seed 003) Tables 2 and 3 on our
 pair, beside their printed rows, from ``bench.run_sweep`` summary rows.
 
-Notation (STYLE.md): α = acceptance rate, γ = draft length, c = draft/target cost ratio, β = verification cost
+Notation (docs/notation.md): α = acceptance rate, γ = draft length, c = draft/target cost ratio, β = verification cost
 factor, T = temperature.
 """
 from __future__ import annotations

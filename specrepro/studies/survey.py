@@ -2,7 +2,7 @@
 rows and against task quality (mentored blog, seed 001), staged and fused decoding, β against batch size and
 speculative sampling's speedup by task beside Chen et al.'s (survey blog, seed 004).
 
-Notation (STYLE.md): p = target row, q = draft row, D = the KL bound of mentored decoding, γ = draft length,
+Notation (docs/notation.md): p = target row, q = draft row, D = the KL bound of mentored decoding, γ = draft length,
 R = rows, V = vocabulary.
 """
 from __future__ import annotations

@@ -6,7 +6,8 @@ import json
 import pytest
 import torch
 
-from specrepro.metrics.batching import BatchedPrefix, BatchingResult, batch_contexts, measure_batching
+from specrepro.metrics.batching import BatchingResult, measure_batching
+from specrepro.metrics.prefix import BatchedPrefix, batch_contexts
 from specrepro.metrics.energy import EnergyMeter, UnavailableMeter
 from specrepro.engine.models import tiny_model
 
