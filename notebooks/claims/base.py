@@ -9,7 +9,8 @@ it without a cycle. In order:
    interval (fp32 acceptance and quality numbers that carry one, or counts to make a binomial one from), and
    machine-specific (speed, and bf16 numbers, which differ between CPUs);
 3. the 95% confidence intervals the interval tolerances compute when a CSV carries counts or a standard error
-   rather than its own interval (:func:`wilson_interval`, :func:`bounded_mean_interval`, :func:`normal_interval`);
+   rather than its own interval (``wilson_interval``, ``bounded_mean_interval``, ``normal_interval`` of
+   ``specrepro.core.stats``);
 4. a judge's outcome, and a notebook's own verdicts read back;
 5. :class:`Claim` and the :func:`claim` decorator that puts a claim's row above the judge that decides it.
 """
@@ -17,19 +18,18 @@ it without a cycle. In order:
 from __future__ import annotations
 
 import csv
-import math
 import re
 from dataclasses import dataclass
 from fractions import Fraction
 from pathlib import Path
 from typing import Callable
 
+
 # Verdicts a judge gives.
 REPRODUCED, NOT_REPRODUCED, NOT_COMPARABLE, NO_RESULT = "reproduced", "not reproduced", "not comparable", "no result"
 VERDICTS = (REPRODUCED, NOT_REPRODUCED, NOT_COMPARABLE, NO_RESULT)
 
 FP32_NO_INTERVAL = "fp32 measurement with fixed seeds; the CSV carries no interval or count"
-Z95 = 1.959964  # two-sided 95% normal quantile
 
 
 # --- 1. Reading a run's CSVs -------------------------------------------------------------------------------------
@@ -191,29 +191,8 @@ def by_label(label: Callable[[Row], str], value: str, interval) -> Callable[[lis
 
 
 # --- 3. Confidence intervals the report computes itself ----------------------------------------------------------
-# Only where a CSV carries counts or a standard error instead of its own interval; each is one function, so that
-# the arithmetic can be replaced by a library's without touching the claims that name it.
-
-def wilson_interval(share: float, n: float) -> tuple[float, float]:
-    """95% Wilson interval of a binomial proportion ``share`` of ``n`` trials."""
-    if n <= 0:
-        return 0.0, 1.0
-    z2 = Z95 ** 2
-    centre = (share + z2 / (2 * n)) / (1 + z2 / n)
-    half = Z95 * math.sqrt(share * (1 - share) / n + z2 / (4 * n * n)) / (1 + z2 / n)
-    return centre - half, centre + half
-
-
-def bounded_mean_interval(mean_value: float, n: float) -> tuple[float, float]:
-    """95% normal interval of a mean of n values in [0, 1]: their variance is at most m(1 − m)."""
-    half = Z95 * math.sqrt(max(mean_value * (1 - mean_value), 0.0) / max(n, 1.0))
-    return mean_value - half, mean_value + half
-
-
-def normal_interval(value: float, standard_error: float) -> tuple[float, float]:
-    """95% normal interval around ``value`` from its standard error."""
-    return value - Z95 * standard_error, value + Z95 * standard_error
-
+# Only where a CSV carries counts or a standard error instead of its own interval: the closed forms of
+# ``specrepro.core.stats`` (imported above), the package's one home for intervals.
 
 # --- 4. Outcomes: what a judge returns ---------------------------------------------------------------------------
 

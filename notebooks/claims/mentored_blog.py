@@ -9,8 +9,10 @@ that decides it. A new item is one more block here and its name in ``CLAIMS``.
 
 from __future__ import annotations
 
-from .base import (Artifact, Exact, Interval, MachineSpecific, Outcome, Quote, Tables, bounded_mean_interval, by_label,
-                   claim, first_row, judged, largest, num, pick)
+from specrepro.core.stats import bounded_mean_interval
+
+from .base import (Artifact, Exact, Interval, MachineSpecific, Outcome, Quote, Tables, by_label, claim, first_row,
+                   judged, largest, num, pick)
 
 DOCUMENT = "Mentored blog (001)"  # the catalogue's label
 SEED = "001_7f66a908324184a0.txt"  # under shared/seeds/

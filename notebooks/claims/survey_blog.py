@@ -9,9 +9,11 @@ that decides it. A new item is one more block here and its name in ``CLAIMS``.
 
 from __future__ import annotations
 
+from specrepro.core.stats import normal_interval, wilson_interval
+
 from .base import (NOT_COMPARABLE, Artifact, Estimate, Exact, Interval, MachineSpecific, Outcome, Quote, Row, Tables,
-                   Unreadable, agrees_with_printed, by_label, claim, decided, from_verdict, judged, largest,
-                   normal_interval, num, pick, rel_gap, wilson_interval)
+                   Unreadable, agrees_with_printed, by_label, claim, decided, from_verdict, judged, largest, num, pick,
+                   rel_gap)
 from .formulas import FORMULA_RTOL, best_speedup, expected_experts, expected_speedup, expected_tokens
 
 DOCUMENT = "Survey blog (004)"  # the catalogue's label

@@ -15,7 +15,8 @@ A speedup compares a method with a baseline on the same prompts, and three numbe
 
 They differ whenever the ratio varies with the length of a run, so a caption says which one it shows (the
 ``*_RATIOS`` / ``POOLED_RATIO`` strings). :func:`paired_bootstrap` is the interval of any of them, or of any other
-statistic of paired runs.
+statistic of paired runs; :func:`wilson_interval`, :func:`bounded_mean_interval` and
+:func:`normal_interval` are the closed-form 95% intervals the reproduction report puts on numbers written without one.
 
 The layout every estimator reads, x [..., 2, 2]: the leading axes index the runs (e.g. [P, S], prompts and seeds),
 axis −2 is (method, baseline) and axis −1 is (amount, seconds). The amount is tokens for a speed; the same
@@ -27,11 +28,13 @@ imports numpy only, so ``metrics.verdict``, the benches and the studies take it 
 """
 from __future__ import annotations
 
+import math
 from typing import Callable
 
 import numpy as np
 
 LEVEL = 0.95  # the default interval level of every verdict
+Z95 = 1.959964  # two-sided 95% normal quantile: the closed-form intervals below
 
 POOLED_RATIO = "pooled tokens/s ratio"
 MEDIAN_OF_RATIOS = "median of paired ratios"
@@ -107,3 +110,27 @@ def paired_bootstrap(x, statistic: Callable[[np.ndarray], float], *, resamples: 
         values[b] = statistic(sample)
     tail = (1 - level) / 2
     return float(np.quantile(values, tail)), float(np.quantile(values, 1 - tail))
+
+
+# The closed-form intervals the reproduction report puts on numbers a notebook wrote without one (a share of
+# prompts, a mean of values in [0, 1], a value with its standard error), at 95%.
+
+def wilson_interval(share: float, n: float) -> tuple[float, float]:
+    """95% Wilson interval of a binomial proportion ``share`` of ``n`` trials."""
+    if n <= 0:
+        return 0.0, 1.0
+    z2 = Z95 ** 2
+    centre = (share + z2 / (2 * n)) / (1 + z2 / n)
+    half = Z95 * math.sqrt(share * (1 - share) / n + z2 / (4 * n * n)) / (1 + z2 / n)
+    return centre - half, centre + half
+
+
+def bounded_mean_interval(mean_value: float, n: float) -> tuple[float, float]:
+    """95% normal interval of a mean of n values in [0, 1]: their variance is at most m(1 − m)."""
+    half = Z95 * math.sqrt(max(mean_value * (1 - mean_value), 0.0) / max(n, 1.0))
+    return mean_value - half, mean_value + half
+
+
+def normal_interval(value: float, standard_error: float) -> tuple[float, float]:
+    """95% normal interval around ``value`` from its standard error."""
+    return value - Z95 * standard_error, value + Z95 * standard_error
