@@ -359,7 +359,8 @@ class _Run:
                 executor: ExecutorConfig = LOCAL) -> None:
         """Warm every variant up, then run the (prompt, repeat, variant) jobs left, interleaved, each record appended
         and flushed as it finishes. A baseline that cannot run with these models is skipped and said. On Ray
-        (``executor``), each prompt is a task (``_prompt_cell``) and its records are appended here in prompt order."""
+        (``executor``), each prompt is a task (``_prompt_cell``, which warms its variants up on its own copy of the
+        models) and its records are appended here in prompt order."""
         from tqdm.auto import tqdm
 
         skipped = {}

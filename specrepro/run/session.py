@@ -34,6 +34,8 @@ def _device_name(device: torch.device) -> str:
 
 
 def session_info(config: BenchConfig, device: torch.device) -> dict:
+    """The provenance of one session: when, which code and versions, the device, the CPU's kernel flags, threads,
+    the machine's load and the seeds."""
     import transformers
     return {
         "started_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
@@ -50,6 +52,7 @@ def session_info(config: BenchConfig, device: torch.device) -> dict:
 
 
 def warn_if_busy(session: dict) -> None:
+    """Say on stderr when the session's 1-minute load leaves the bench less than a free core."""
     load, cores = session["load_average"], os.cpu_count() or 1
     if load and load[0] > cores - 0.5:
         advice = ("; with several torch threads on a shared CPU every parallel region waits for descheduled "
@@ -90,7 +93,9 @@ def profile_sizes(n_max: int) -> list[int]:
 
 
 def measure_profiles(models: Models, dtypes: Sequence[str], context: list[int], config: BenchConfig,
-                      n_max: int) -> dict[str, Profile]:
+                     n_max: int) -> dict[str, Profile]:
+    """dtype -> the device profile of the run's models at that dtype, forwards of 1..``n_max`` tokens timed on
+    ``context`` over ``config.batch_size`` rows."""
     profiles = {}
     for dtype in dtypes:
         target, draft = models.at(dtype)

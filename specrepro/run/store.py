@@ -114,5 +114,6 @@ class RunFolder:
 
 
 def record_key(record: dict) -> tuple[str, str, int]:
+    """What a record is kept under, once per run folder: (variant label, prompt id, repeat)."""
     return record["method"], record["prompt_id"], record["repeat"]
 
