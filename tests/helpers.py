@@ -103,7 +103,7 @@ def check_cache(p_model, drafter, ids) -> None:
 
 def tiny_bench_config(table_path: str, **changes):
     """A bench (give ``methods``) on the tiny pair: 8 tokens, γ = 3, one repeat, two cost rounds, a 2-token warm-up."""
-    from specrepro.run.bench import BenchConfig
+    from specrepro.run.variants import BenchConfig
     base = dict(target="tiny", draft="layers:1", prompts="test", max_new_tokens=8, gamma=3,
                 repeats=1, ngram_table=table_path, warmup_tokens=2, cost_repeats=2)
     return BenchConfig(**{**base, **changes})

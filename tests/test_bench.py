@@ -8,9 +8,12 @@ import pytest
 import torch
 
 from simulations.speculative import expected_tokens
-from specrepro.run.bench import (SUMMARY_COLUMNS, BenchConfig, BenchPrompt, ResumeMismatch, Variant, load_records,
-                             predicted_speedup, read_summary, run_bench, target_corpus)
-from specrepro.run.bench_summary import predicted_from_steps
+from specrepro.drafters.ngram import target_corpus
+from specrepro.run.bench import run_bench
+from specrepro.run.bench_summary import SUMMARY_COLUMNS, predicted_from_steps, predicted_speedup, read_summary
+from specrepro.run.bench_types import BenchPrompt
+from specrepro.run.store import load_records
+from specrepro.run.variants import BenchConfig, ResumeMismatch, Variant
 from specrepro.methods import method
 from specrepro.metrics.profile import Profile
 from specrepro.core.config import DecodeConfig, SamplingConfig

@@ -6,7 +6,9 @@ import json
 
 import pytest
 
-from specrepro.run.bench import BenchConfig, BenchPrompt, load_records
+from specrepro.run.bench_types import BenchPrompt
+from specrepro.run.store import load_records
+from specrepro.run.variants import BenchConfig
 from specrepro.run.bench_summary import run_wall
 from specrepro.drafters import PromptLookupDrafter
 from specrepro.metrics.profile import Profile
@@ -121,9 +123,9 @@ def test_bench_batch_size_flag_refuses_before_any_model_loads(tmp_path, capsys):
 
 
 def test_a_batched_step_is_costed_at_its_padded_width():
-    from specrepro.run.bench import _cost_context
+    from specrepro.run.bench_session import cost_context
     prompts = [BenchPrompt(str(i), [1] * n) for i, n in enumerate((10, 50, 20, 30, 12, 14))]
     one = dict(methods=("ar",), target="t", max_new_tokens=8)
-    assert len(_cost_context(prompts, BenchConfig(**one), 2048, 5)) == 17 + 4  # median prompt + half the tokens
+    assert len(cost_context(prompts, BenchConfig(**one), 2048, 5)) == 17 + 4  # median prompt + half the tokens
     # batches (10, 50), (20, 30), (12, 14): each step attends over its longest row; the median of those
-    assert len(_cost_context(prompts, BenchConfig(**one, batch_size=2), 2048, 5)) == 30 + 4
+    assert len(cost_context(prompts, BenchConfig(**one, batch_size=2), 2048, 5)) == 30 + 4

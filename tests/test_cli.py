@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from specrepro.run.commands import main
-from specrepro.run.bench import BenchResult
+from specrepro.run.bench_types import BenchResult
 from specrepro.training import distillspec, ppd_ablations
 
 ROOT = Path(__file__).resolve().parents[1]

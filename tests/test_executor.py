@@ -155,7 +155,9 @@ def test_a_local_ray_cluster_runs_the_distillspec_grid_to_the_same_cells_and_rec
 def test_a_bench_on_ray_writes_the_records_of_a_local_run_in_its_order(ray_cluster, tmp_path):
     """The tiny pair and prompts of tests/test_bench.py, ar and speculative sampling at T = 1: the same record keys
     in the same order of records.jsonl, and the same sampled tokens (the seeds are per record, not per process)."""
-    from specrepro.run.bench import BenchConfig, load_records, run_bench
+    from specrepro.run.bench import run_bench
+    from specrepro.run.store import load_records
+    from specrepro.run.variants import BenchConfig
     from specrepro.engine.models import LoadedModel, layer_skip_draft, tiny_model
     from tests.test_bench import PROMPTS
 
@@ -180,7 +182,9 @@ def test_a_bench_on_ray_writes_the_records_of_a_local_run_in_its_order(ray_clust
 def test_bench_grids_on_ray_fill_the_folders_a_local_run_fills(ray_cluster, tmp_path):
     """``bench.run_sweep`` and ``StudyCache.benches`` (the MJSD validation grid's runner): each point a bench in the
     same folder, with the same records (tokens at T = 0), as when run here."""
-    from specrepro.run.bench import BenchConfig, load_records, run_sweep
+    from specrepro.run.bench import run_sweep
+    from specrepro.run.store import load_records
+    from specrepro.run.variants import BenchConfig
     from specrepro.engine.models import LoadedModel, layer_skip_draft, tiny_model
     from specrepro.studies.common import StudyCache
     from tests.test_bench import PROMPTS

@@ -12,7 +12,9 @@ import torch
 
 from specrepro import DecodeConfig, encode_prompt, generate_ids, load_model
 from specrepro.run.commands import calibration_peer, main
-from specrepro.run.bench import BenchConfig, read_summary, run_bench
+from specrepro.run.bench import run_bench
+from specrepro.run.bench_summary import read_summary
+from specrepro.run.variants import BenchConfig
 from specrepro.core.config import SamplingConfig
 from specrepro.core.decoding import eos_ids
 from specrepro.methods import method
@@ -33,7 +35,7 @@ def test_asking_for_llama_cpp_without_it_is_one_line_before_any_model_loads(tmp_
 
     def no_model(*args, **kwargs):
         raise AssertionError("a model was loaded before the error")
-    monkeypatch.setattr("specrepro.run.bench.load_model", no_model)
+    monkeypatch.setattr("specrepro.run.loaded.load_model", no_model)
     monkeypatch.setattr("specrepro.engine.models.load_model", no_model)
     with pytest.raises(ValueError, match=r"llamacpp-ar needs llama-cpp-python, which is not installed; install the "
                                          r"\[peers\] extra: pip install -e '\.\[peers\]'"):

@@ -23,14 +23,18 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterable, Sequence
+from typing import TYPE_CHECKING, Iterable, Protocol, Sequence
 
 import numpy as np
 import torch
 
 from ..core.config import SamplingConfig
+from ..core.decoding import eos_ids, model_device
 from ..core.warping import sample, warp
 from .base import Drafter, Proposal
+
+if TYPE_CHECKING:
+    from ..engine.models import LoadedModel
 
 
 @dataclass(frozen=True)
@@ -103,6 +107,46 @@ class NGramTable:
             return cls(order=int(z["order"]), vocab_size=int(z["vocab_size"]), unigram=z["unigram"],
                        indptr=z["indptr"], indices=z["indices"], counts=z["counts"],
                        add_k=float(z["add_k"]), backoff=float(z["backoff"]), meta=str(z["meta"]))
+
+
+class EncodedPrompt(Protocol):
+    """What :func:`target_corpus` reads of a prompt (a bench's ``BenchPrompt`` is one): its token ids."""
+
+    @property
+    def ids(self) -> list[int]: ...
+
+
+def target_corpus(target: LoadedModel, prompts: Sequence[EncodedPrompt], max_new_tokens: int,
+                  sampling: SamplingConfig, seed: int = 0, batch_size: int = 16) -> list[list[int]]:
+    """What the target itself generates for each prompt: the text the slides' n-gram drafts are fitted on.
+
+    Batched transformers ``generate`` (left-padded, with an attention mask) sampling from the same warped p
+    as our loops, seeded once with ``seed``; each continuation is cut before its first EOS. Only the
+    generated tokens are returned, so prompt text never enters a table.
+    """
+    eos = eos_ids(target.model, target.tokenizer)
+    pad = min(eos) if eos else 0
+    kwargs = dict(max_new_tokens=max_new_tokens, do_sample=not sampling.greedy, eos_token_id=sorted(eos) or None,
+                  pad_token_id=pad, repetition_penalty=1.0)
+    if not sampling.greedy:
+        kwargs.update(temperature=sampling.temperature, top_k=sampling.top_k, top_p=sampling.top_p)
+    device = model_device(target.model)
+    torch.manual_seed(seed)
+    corpus = []
+    for start in range(0, len(prompts), batch_size):
+        chunk = prompts[start:start + batch_size]
+        width = max(len(p.ids) for p in chunk)
+        ids = torch.full((len(chunk), width), pad, dtype=torch.long)  # [B, T] left-padded
+        mask = torch.zeros_like(ids)
+        for row, p in enumerate(chunk):
+            ids[row, width - len(p.ids):] = torch.tensor(p.ids)
+            mask[row, width - len(p.ids):] = 1
+        with torch.inference_mode():
+            out = target.model.generate(input_ids=ids.to(device), attention_mask=mask.to(device), **kwargs)
+        for row in out[:, width:].tolist():  # [B, n] generated part
+            cut = next((i for i, t in enumerate(row) if t in eos), len(row))
+            corpus.append(row[:cut])
+    return corpus
 
 
 def fit_ngram(sequences: Iterable[Sequence[int]], vocab_size: int, order: int, add_k: float = 0.0,

@@ -36,11 +36,12 @@ are the batched step's (β(B, γ+1) of the survey blog). Energy is the batch's, 
 Files in ``DIR``:
 
 - ``.lock``            held (``flock``) by the one process running a bench in ``DIR``; a second is refused;
-- ``config.json``      the arguments; a restart into ``DIR`` with different ones is refused (:class:`ResumeMismatch`);
+- ``config.json``      the arguments; a restart into ``DIR`` with different ones is refused
+                       (``variants.ResumeMismatch``);
 - ``records.jsonl``    one record per (variant, prompt_id, repeat), appended and flushed as each finishes;
                        a restart skips those already written; a line that is not a record, or repeats one, is
                        named on stderr and the file as found kept as ``records.jsonl.damaged-<time>``
-                       (:func:`repair_records`), and only the missing records are measured again;
+                       (``store.repair_records``), and only the missing records are measured again;
 - ``provenance.json``  git revision, versions, device, CPU flags, the dtype of every variant and why, threads,
                        load, seeds, the device profile of every session, the T = 0 cross-check (records whose
                        tokens differ from ar or their counterpart at the same dtype) and, under ``failed``, each
@@ -55,398 +56,52 @@ Files in ``DIR``:
 A method that raises (building its drafter, warming up or on a prompt) is marked failed, said on stderr, and runs
 no further in that call; every other method still runs and is written and summarised. Its records written before
 the failure stay, and a restart into ``DIR`` tries its missing records again.
+
+Where the parts live: ``variants.py`` (the labels and ``BenchConfig``), ``store.py`` (the folder's lock and
+records), ``loaded.py`` (the models at each dtype), ``bench_session.py`` (the machine and the device profile),
+``bench_summary.py`` (summary.csv) and ``bench_types.py`` (``BenchPrompt``, ``BenchResult``); this module runs
+them in order (``run_bench``, ``run_sweep``).
 """
 from __future__ import annotations
 
-import copy
 import dataclasses
-import fcntl
 import functools
 import hashlib
 import json
 import os
-import platform
-import shutil
-import statistics
 import sys
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Sequence
 
 import torch
 
-from .bench_summary import (SUMMARY_COLUMNS, format_summary, mismatches, pooled_profile, predicted_speedup,
-                            read_summary, summarize, write_summary)
-from ..acceptance import TREE_RULES
-from ..decode.adaptive import FixedGamma
-from ..engine.compiled import compile_forward
-from ..core.config import DecodeConfig, SamplingConfig
 from ..core.decoding import check_prompt, eos_ids, model_device
-from ..drafters import Drafter
 from ..core.executor import LOCAL, ExecutorConfig, run_cells
+from ..core.prompts import load_prompts_file, load_suite
+from ..core.provenance import atomic_write_text
+from ..decode.adaptive import FixedGamma
+from ..drafters import Drafter
+from ..engine.models import LoadedModel, draft_alpha_prior, load_tokenizer
+from ..methods import Cost, Loop, Needs
+from ..metrics.energy import open_meter
+from ..metrics.profile import Profile, candidate_dtypes
+from ..metrics.quality import perplexity, rouge_l
+from .bench_summary import mismatches, summarize, write_summary
+from .bench_types import BenchPrompt, BenchResult
 from .generate import encode_prompt, generate_batch, generate_ids
 from .hf_baselines import assisted_unsupported, hf_generate
-from ..methods import METHODS, Cost, Loop, Method, Needs, check_parameters_taken, method, parameter_fields
-from ..metrics.energy import open_meter
-from ..metrics.quality import perplexity, rouge_l
-from ..metrics.profile import DEFAULT_NS, Profile, ProfileKey, candidate_dtypes, cpu_info, dtype_name, measure
-from ..engine.models import (LoadedModel, default_device, draft_alpha_prior, load_draft, load_model, load_tokenizer,
-                     parse_dtype)
-from .peers import LlamaCppPeer, check_runnable, gguf_for
+from .loaded import Models, weights_digest
+from .peers import LlamaCppPeer, gguf_for
 from .plan import Plan, RunRequest, plan_run
-from ..core.prompts import load_prompts_file, load_suite
-from ..core.cli import check_writable
-from ..core.provenance import atomic_write_bytes, atomic_write_text, git_revision
+from .bench_session import cost_context, measure_profiles, profile_n_max, session_info, session_profiles, warn_if_busy
+from .store import RunFolder, record_key, repair_records
+from .variants import BenchConfig, Variant, check_config
 
-__all__ = ["SUMMARY_COLUMNS", "BenchConfig", "BenchPrompt", "BenchResult", "ResumeMismatch", "Variant",
-           "format_summary", "load_records", "predicted_speedup", "read_summary", "run_bench", "run_sweep",
-           "target_corpus"]
-
-ALL_METHODS = METHODS  # the registry's: ours, transformers' and llama.cpp's baselines
-DTYPE_FIELDS = ("auto", "bf16", "fp16", "fp32")
-LOCK = ".lock"  # in a run folder: held (flock) by the process running a bench there
+__all__ = ["encode_prompts", "run_bench", "run_sweep"]
 
 
-def _param_field(spec: Method, field: str) -> tuple[str, int | float | str] | None:
-    """(parameter name, value) for a label field of ``spec``'s own parameters ("b4", "tau0.5", "kl0.05",
-    "shapechain"), by the label prefixes its Params declares; None when the field is none of them. Longer prefixes are tried first."""
-    fields = spec.label_fields()
-    for prefix in sorted(fields, key=len, reverse=True):
-        if field.startswith(prefix):
-            f, text = fields[prefix], field[len(prefix):]
-            if f.metadata.get("choices"):  # a word of its choices ("eagle:shapechain")
-                return (f.name, text) if text in f.metadata["choices"] else None
-            if isinstance(f.default, int):  # digits only
-                return (f.name, int(text)) if text.isdigit() else None
-            try:
-                return f.name, float(text)
-            except ValueError:
-                return None
-    return None
-
-
-class ResumeMismatch(ValueError):
-    """``DIR`` holds a run made with different arguments."""
-
-
-@dataclass(frozen=True)
-class Variant:
-    """One column of a benchmark: a method at a dtype, a γ, (token-tree drafters) a tree size and its parameters."""
-
-    label: str  # as listed: "speculative:fp32:g2", "medusa:t16"; the records' "method"
-    method: Method  # the registered method
-    dtype: str | None  # bf16 | fp16 | fp32 | auto, or None for the run's default
-    gamma: int | str  # γ or "auto"
-    tree_size: int | None = None  # tN: nodes of the draft tree; None: --tree-size, else hardware-aware
-    acceptance: str | None = None  # exact | greedy | typical (LOSSY); None: --acceptance
-    params: tuple[tuple[str, object], ...] = ()  # the method's parameters set by the label: bN, mN, tauX, fX, rX
-    compiled: bool = False  # "compiled": its models' forwards through torch.compile (specrepro.engine.compiled), own copies
-
-    @classmethod
-    def parse(cls, label: str, default_dtype: str | None, default_gamma: int | str) -> "Variant":
-        name, *fields = label.split(":")
-        if name not in METHODS:
-            raise ValueError(f"unknown method {name!r} in {label!r}; choose from {', '.join(METHODS)}")
-        spec = method(name)
-        dtype, gamma, tree_size, acceptance, params, compiled = default_dtype, default_gamma, None, None, {}, False
-        for part in fields:
-            if part in DTYPE_FIELDS:
-                if not spec.loop.own_weights:
-                    raise ValueError(f"{label}: llama.cpp decodes the GGUF in its own types; a dtype is for our loops "
-                                     f"and transformers'")
-                dtype = part
-            elif part == "compiled":
-                compiled = True
-            elif (param := _param_field(spec, part)) is not None:
-                params[param[0]] = param[1]
-            elif part in TREE_RULES:
-                acceptance = part
-            elif part.startswith("t") and part[1:].isdigit() and int(part[1:]) >= 1:
-                tree_size = int(part[1:])
-            elif part == "gauto":
-                gamma = "auto"
-            elif part.startswith("g") and part[1:].isdigit() and int(part[1:]) >= 1:
-                gamma = int(part[1:])
-            else:
-                own = ", ".join(f"{k}X ({f.name})" for k, f in spec.label_fields().items())
-                raise ValueError(f"bad field {part!r} in {label!r}: expected a dtype ({', '.join(DTYPE_FIELDS)}), "
-                                 f"gN (N >= 1), gauto, tN (tree size N >= 1), a rule ({', '.join(TREE_RULES)}), "
-                                 f"compiled"
-                                 + (f", or {name}'s own {own}" if own else f" ({name} has no parameters)"))
-        if gamma == "auto" and spec.loop.baseline:
-            raise ValueError(f"{label}: gamma auto is our loop's policy; {spec.loop.value}'s baselines take a fixed γ")
-        if tree_size is not None and not spec.token_tree:
-            raise ValueError(f"{label}: a tree size (tN) is for token-tree drafters "
-                             f"({', '.join(m for m in METHODS if method(m).token_tree)})")
-        if acceptance is not None and spec.loop is not Loop.SPECULATIVE:
-            raise ValueError(f"{label}: an acceptance rule is for our speculative loop")
-        if compiled and spec.loop.baseline:
-            raise ValueError(f"{label}: compiled is for our loops; {spec.loop.value} compiles (or not) on its own")
-        spec.params(**params)  # one clear error for a value out of range
-        return cls(label, spec, dtype, gamma, tree_size, acceptance, tuple(sorted(params.items())), compiled)
-
-
-@dataclass(frozen=True)
-class BenchConfig:
-    """Everything that defines a benchmark run; stored as ``config.json`` and compared on resume."""
-
-    methods: tuple[str, ...]  # variants, run in this order for every (prompt, repeat): "ar", "speculative:fp32:g2"
-    target: str  # name of the target (zoo name, folder, hub id, or a label for a model passed in)
-    draft: str | None = None  # draft model for "speculative" / "hf-assisted" (layers:K allowed)
-    prompts: str = "suite:mixed"  # "suite:NAME", "file:PATH", or a label for prompts passed in
-    limit: int | None = None  # keep the first `limit` prompts
-    max_new_tokens: int = 64
-    temperature: float = 0.0
-    top_k: int = 0
-    top_p: float = 1.0
-    gamma: int | str = 4  # γ for every variant that names none; "auto": chosen each step from the profile
-    gamma_max: int = 16  # largest γ that gamma auto considers
-    tree_size: int | None = None  # nodes of a token-tree drafter (medusa, ppd); None: hardware-aware
-    acceptance: str = "exact"  # verification rule of our loop: exact | greedy | typical (LOSSY) | ...
-    preset: str | None = None  # the named warping temperature/top_k/top_p came from ("mjsd"), for the labels
-    # method parameters given for the whole run (--tau 0.5): (name, value) pairs, each taken by some listed method;
-    # a variant's label overrides them, the method's Params defaults fill the rest
-    params: tuple[tuple[str, object], ...] = ()
-    quality: bool = True  # score every record: perplexity under the target, ROUGE-L against the references
-    repeats: int = 1
-    batch_size: int = 1  # prompts decoded at once (specrepro.decode.batched); > 1: every variant must batch
-    seed: int = 0  # base seed; repeat r uses seed + r
-    dtype: str | None = None  # default dtype of the variants: None = the given models' (or the loader's), or auto
-    device: str | None = None
-    threads: int | None = None  # torch.set_num_threads; None leaves torch's default (recorded anyway)
-    ngram_table: str | None = None  # .npz from NGramTable.save, for "unigram" / "bigram"
-    chat_template: bool = True
-    warmup_tokens: int = 16  # max_new_tokens of the unrecorded warm-up runs; 0 skips them
-    cost_repeats: int = 7  # timed rounds per median of the session's device profile
-    prompt_digest: str = ""  # sha256 of the encoded prompts, filled in by run_bench
-    weights_digest: str = ""  # sha256 of the target's and draft's weights, filled in by run_bench
-
-    def __post_init__(self) -> None:
-        if not self.methods:
-            raise ValueError(f"no method given; choose from {', '.join(ALL_METHODS)}")
-        if len(set(self.methods)) != len(self.methods):
-            raise ValueError(f"a method is listed twice in {self.methods}")
-        if self.dtype is not None and self.dtype != "auto":
-            dtype_name(self.dtype)  # one clear error for an unknown dtype
-        if self.repeats < 1:
-            raise ValueError(f"repeats must be >= 1, got {self.repeats}")
-        if not isinstance(self.batch_size, int) or isinstance(self.batch_size, bool) or self.batch_size < 1:
-            raise ValueError(f"--batch-size must be an integer >= 1, got {self.batch_size!r}")
-        if self.limit is not None and self.limit < 1:
-            raise ValueError(f"--limit must be >= 1 (the first N prompts), got {self.limit}")
-        if self.warmup_tokens < 0:
-            raise ValueError(f"--warmup-tokens must be >= 0 (0: no warm-up), got {self.warmup_tokens}")
-        if self.gamma_max < 1:
-            raise ValueError(f"gamma_max must be >= 1, got {self.gamma_max}")
-        object.__setattr__(self, "params", tuple(sorted(dict(self.params).items())))  # one order, as stored
-        variants = self.variants()  # validates every label
-        given = {**dict(self.params), **({} if self.acceptance == "exact" else {"acceptance": self.acceptance}),
-                 **({} if self.tree_size is None else {"tree_size": self.tree_size})}
-        check_parameters_taken(given, [v.method for v in variants])
-        if self.temperature != 0 and any(v.method.loop is Loop.MJGD for v in variants):
-            raise ValueError("mjgd searches for the argmax of the joint likelihood: it runs at temperature 0 only")
-        for v in variants:
-            self.decode_config(v, 0)  # validates max_new_tokens, gamma, the sampling knobs, the parameters
-            v.method.check_batch(self.batch_size, v.gamma)
-        check_runnable([v.label for v in variants if v.method.loop is Loop.LLAMA_CPP], self.target)
-
-    def variants(self) -> list[Variant]:
-        return [Variant.parse(m, self.dtype, self.gamma) for m in self.methods]
-
-    def sampling(self) -> SamplingConfig:
-        return SamplingConfig(temperature=self.temperature, top_k=self.top_k, top_p=self.top_p)
-
-    def decode_config(self, variant: Variant, repeat: int, max_new_tokens: int | None = None) -> DecodeConfig:
-        """The resolved DecodeConfig of ``variant`` at ``repeat`` (seed = base seed + repeat)."""
-        params = variant.method.params_from({**dict(self.params), **dict(variant.params)})
-        return variant.method.config(max_new_tokens=max_new_tokens or self.max_new_tokens, gamma=variant.gamma,
-                                     sampling=self.sampling(), tree_size=variant.tree_size or self.tree_size,
-                                     acceptance=variant.acceptance or self.acceptance, seed=self.seed + repeat,
-                                     params=params)
-
-    def to_dict(self) -> dict:
-        d = dataclasses.asdict(self)
-        d["params"] = dict(self.params)
-        return json.loads(json.dumps(d))  # tuples -> lists, as read back
-
-    @classmethod
-    def normalised(cls, stored: dict) -> dict:
-        """A stored config.json in today's form: a run written before the parameters were the methods' own kept
-        every parameter as a field of its own (num_beams, tau, ...); those that differ from their method's default
-        become ``params`` (the defaults are what today's run uses without them)."""
-        d, fields = dict(stored), parameter_fields()
-        d.setdefault("batch_size", 1)  # (a run written before --batch-size ran one prompt at a time)
-        old = {k: d.pop(k) for k in list(d) if k in fields}
-        if old and "params" not in d:
-            d["params"] = {k: v for k, v in old.items() if v != fields[k][0].default}
-        return d
-
-
-@dataclass(frozen=True)
-class BenchPrompt:
-    id: str
-    ids: list[int]  # encoded prompt, chat template applied
-    reference: str | None = None  # a reference answer (ROUGE-L), where the suite has one
-    where: str = ""  # how an error names it: "<file>:<line>", or its suite and id
-
-
-@dataclass
-class BenchResult:
-    out: Path
-    records: list[dict]
-    summary: list[dict]
-    provenance: dict
-    # variant label -> {"error": exception type, "message", "where"}: the methods that raised in this call
-    failed: dict[str, dict] = field(default_factory=dict)
-
-
-# -------------------------------------------------------------------------------------- run files
-
-
-def check_config(out: Path, config: BenchConfig, ignore: Sequence[str] = ()) -> None:
-    """Refuse to resume into ``out`` if its config.json differs from ``config`` (``ignore``d keys aside), or is not a
-    bench's at all (a model folder's)."""
-    path = Path(out) / "config.json"
-    if not path.exists():
-        return
-    try:
-        stored = json.loads(path.read_text())
-    except (ValueError, OSError) as err:
-        raise ValueError(f"--out {out}: its config.json cannot be read as a bench's ({err})") from None
-    if not isinstance(stored, dict) or not {"methods", "target", "prompts"} <= set(stored):
-        raise ValueError(f"--out {out} is not a bench folder: its config.json is not a bench's (a model's?); "
-                         f"choose a new or empty folder")
-    stored, current = BenchConfig.normalised(stored), config.to_dict()
-    diff = sorted(k for k in set(stored) | set(current)
-                  if k not in ignore and stored.get(k, "<missing>") != current.get(k, "<missing>"))
-    if diff:
-        short = lambda v: repr(v) if len(repr(v)) <= 40 else repr(v)[:37] + "..."
-        lines = "; ".join(f"{k}: stored {short(stored.get(k, '<missing>'))}, now {short(current.get(k, '<missing>'))}"
-                          for k in diff[:3]) + (f"; and {len(diff) - 3} more" if len(diff) > 3 else "")
-        raise ResumeMismatch(f"--out {out} holds a benchmark made with other arguments ({lines}); resume it with "
-                             f"its own arguments (in its config.json) or use another --out")
-
-
-def read_records(out: Path) -> tuple[list[bytes], list[str]]:
-    """The lines of ``out``/records.jsonl that are records, in order, each (method, prompt_id, repeat) once, and what
-    is wrong with the others, naming their line: not JSON, not a record, cut short, or a key written twice."""
-    path = Path(out) / "records.jsonl"
-    if not path.exists():
-        return [], []
-    good, problems, seen = [], [], set()
-    with open(path, "rb") as handle:
-        for n, line in enumerate(handle, start=1):
-            try:
-                if not line.endswith(b"\n"):
-                    raise ValueError("cut short")
-                key = record_key(json.loads(line))
-            except (ValueError, KeyError, TypeError) as err:
-                problems.append(f"records.jsonl:{n} is not a record ({type(err).__name__}: {str(err)[:60]})")
-                continue
-            if key in seen:
-                problems.append(f"records.jsonl:{n} repeats the record of {key}")
-                continue
-            seen.add(key)
-            good.append(line)
-    return good, problems
-
-
-def load_records(out: Path) -> list[dict]:
-    """The records written so far, each (method, prompt_id, repeat) once; the file is not changed."""
-    return [json.loads(line) for line in read_records(out)[0]]
-
-
-def repair_records(out: Path) -> list[dict]:
-    """The records, with damage reported, never silently repaired: when a line is not a record (or repeats one),
-    the file as found is moved aside to records.jsonl.damaged-<time>, the valid records are kept byte for byte, and
-    each problem is said on stderr; the missing records are then measured again."""
-    good, problems = read_records(out)
-    if problems:
-        path = Path(out) / "records.jsonl"
-        aside = path.with_name(f"records.jsonl.damaged-{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime())}")
-        shutil.copy2(path, aside)
-        atomic_write_bytes(path, b"".join(good))
-        for line in problems[:5] + ([f"and {len(problems) - 5} more"] if len(problems) > 5 else []):
-            print(f"specrepro bench: {line}", file=sys.stderr)
-        print(f"specrepro bench: kept the {len(good)} valid records of {path}; the file as found is {aside.name}; "
-              f"the missing records are measured again", file=sys.stderr)
-    return [json.loads(line) for line in good]
-
-
-class RunFolder:
-    """A bench's ``--out`` folder, held by one process: made if missing and locked (an exclusive ``flock`` on
-    DIR/.lock, the holder's pid in it) before anything slow, so a second bench there is refused at once. A folder
-    this call made (with any parents it made) that kept no record is removed again if the call fails or is
-    interrupted, so nothing half-written stays."""
-
-    def __init__(self, out: Path):
-        self.out, self.made, self.handle = Path(out), None, None
-
-    def __enter__(self) -> "RunFolder":
-        check_writable(self.out, "--out")
-        if not self.out.exists():
-            self.made = next(p for p in [self.out, *self.out.parents] if p.parent.exists())  # the top folder made
-            self.out.mkdir(parents=True)
-        try:
-            self.lock()
-        except BaseException:
-            self.__exit__(*sys.exc_info())
-            raise
-        return self
-
-    def lock(self) -> None:
-        handle = open(self.out / LOCK, "a+")
-        try:
-            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            handle.seek(0)
-            pid = handle.read().strip()
-            handle.close()
-            raise ValueError(f"--out {self.out}: another process{f' (pid {pid})' if pid else ''} is running a bench "
-                             f"there; wait for it to finish, or use another --out") from None
-        handle.seek(0)
-        handle.truncate()
-        handle.write(f"{os.getpid()}\n")
-        handle.flush()
-        self.handle = handle
-
-    def __exit__(self, kind, err, tb) -> None:
-        if kind is not None and self.made is not None and not read_records(self.out)[0]:
-            shutil.rmtree(self.made, ignore_errors=True)
-        if self.handle is not None:
-            self.handle.close()  # releases the lock
-            self.handle = None
-
-
-def record_key(record: dict) -> tuple[str, str, int]:
-    return record["method"], record["prompt_id"], record["repeat"]
-
-
-def _device_name(device: torch.device) -> str:
-    if device.type == "cuda":
-        return torch.cuda.get_device_name(device)
-    info = cpu_info()
-    return f"cpu: {info['name']} ({info['logical_cores']} logical cores)"
-
-
-def _session_info(config: BenchConfig, device: torch.device) -> dict:
-    import transformers
-    return {
-        "started_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-        "git_revision": git_revision(),
-        "versions": {"python": platform.python_version(), "torch": torch.__version__,
-                     "transformers": transformers.__version__},
-        "device": str(device), "device_name": _device_name(device),
-        "cpu_kernel_flags": cpu_info()["kernel_flags"],  # what decides which bf16/fp16 kernels run
-        "threads": torch.get_num_threads(),
-        # Other processes on the machine skew every timing; the 1/5/15-minute load says how busy it was.
-        "load_average": list(os.getloadavg()) if hasattr(os, "getloadavg") else None,
-        "seeds": [config.seed + r for r in range(config.repeats)],
-    }
-
-
-# -------------------------------------------------------------------------------------------- run
+# -------------------------------------------------------------------------------------------- prompts
 
 
 def encode_prompts(target: LoadedModel, source: str, limit: int | None, chat_template: bool) -> list[BenchPrompt]:
@@ -467,130 +122,35 @@ def _digest(prompts: Sequence[BenchPrompt]) -> str:
     return hashlib.sha256(payload).hexdigest()
 
 
-def _weights_digest(*models: torch.nn.Module | None) -> str:
-    """sha256 over every parameter's name, shape and an evenly strided sample of at most ~4096 of its values:
-    a draft retrained under the same name must not resume a run made with the old one. Sampling keeps this
-    cheap for billion-parameter models on a GPU (no full copy to the host)."""
-    h = hashlib.sha256()
-    for model in models:
-        for name, param in ([] if model is None else model.named_parameters()):
-            flat = param.detach().reshape(-1)
-            sample = flat[:: max(1, flat.numel() // 4096)].float().cpu()  # [<= ~4096]
-            h.update(f"{name}{tuple(param.shape)}".encode())
-            h.update(sample.numpy().tobytes())
-    return h.hexdigest()
+def _bench_prompts(config: BenchConfig, prompts: Sequence[BenchPrompt] | None,
+                   target: LoadedModel | None) -> list[BenchPrompt]:
+    """The run's prompts (the first ``limit``), each checked against the target's context before any model loads:
+    its tokenizer and context length are read without its weights unless the target was passed in."""
+    if target is not None:
+        tokenizer, context = target.tokenizer, target.context_length
+    elif (found := load_tokenizer(config.target)) is not None:
+        tokenizer, context = found
+    else:  # a reduced-vocabulary draft folder as the target: checked once loaded
+        tokenizer, context = None, None
+    if prompts is None:
+        holder = target if target is not None else LoadedModel(config.target, None, tokenizer)  # tokenizer only
+        prompts = encode_prompts(holder, config.prompts, config.limit, config.chat_template)
+    else:
+        prompts = list(prompts)[:config.limit]
+    if not prompts:
+        raise ValueError("no prompts to run")
+    if len({p.id for p in prompts}) != len(prompts):
+        raise ValueError("prompt ids must be unique: they key the records")
+    if context is not None:
+        for p in prompts:
+            check_prompt(p.ids, config, context, p.where or f"prompt {p.id}")
+    return prompts
 
 
-def _cost_context(prompts: Sequence[BenchPrompt], config: BenchConfig, context_length: int, n_max: int) -> list[int]:
-    """A context as long as a typical step sees: the median prompt plus half the generation. At --batch-size > 1 a
-    step attends over its batch's longest row (the shorter ones are padded to it): the median over the batches of
-    their longest prompt, plus half the generation."""
-    size = config.batch_size
-    widths = [max(len(p.ids) for p in prompts[i:i + size]) for i in range(0, len(prompts), size)]
-    typical = statistics.median(widths) if size > 1 else statistics.median(len(p.ids) for p in prompts)
-    length = int(typical) + config.max_new_tokens // 2
-    length = max(2, min(length, context_length - n_max - 1))
-    longest = max(prompts, key=lambda p: len(p.ids)).ids
-    return (longest * (length // len(longest) + 1))[:length]
+# -------------------------------------------------------------------------------------------- run
 
 
-class _Models:
-    """The target and draft at every dtype a run needs. Loaded by name at each dtype (so fp32 is the real fp32
-    weights, not a cast of bf16 ones), or, for models passed in, copies cast to the dtype (recorded)."""
-
-    def __init__(self, config: BenchConfig, target: LoadedModel | None, draft: LoadedModel | None,
-                 needs_draft: bool):
-        self.config, self.needs_draft, self.given = config, needs_draft, target is not None
-        # dtype (or (dtype, "compiled")) -> (target, draft)
-        self.by_dtype: dict[str | tuple[str, str], tuple[LoadedModel, LoadedModel | None]] = {}
-        self.notes: list[str] = []
-        if target is not None:
-            reference = dtype_name(next(target.model.parameters()).dtype)
-            if draft is not None and dtype_name(next(draft.model.parameters()).dtype) != reference:
-                raise ValueError("the target and the draft passed in have different dtypes")
-        else:
-            device = torch.device(config.device) if config.device else None
-            concrete = config.dtype if config.dtype not in (None, "auto") else None
-            reference = (dtype_name(parse_dtype(concrete, device or default_device())) if config.dtype != "auto"
-                         else "fp32")
-            target = load_model(config.target, dtype=reference, device=config.device)
-            if needs_draft and draft is None:
-                draft = self._load_draft(target, reference)
-        self.reference = reference  # the dtype of the models every digest and encoding uses
-        self.by_dtype[reference] = (target, draft)
-
-    def _load_draft(self, target: LoadedModel, dtype: str) -> LoadedModel:
-        if self.config.draft is None:
-            users = [v.label for v in self.config.variants() if v.method.needs is Needs.DRAFT_MODEL]
-            raise ValueError(f"methods {users} need --draft NAME")
-        return load_draft(self.config.draft, target, dtype=dtype)
-
-    def at(self, dtype: str, compiled: bool = False) -> tuple[LoadedModel, LoadedModel | None]:
-        """The models at ``dtype``; with ``compiled``, a copy of them whose forwards run through torch.compile (the
-        eager ones stay as they are for the variants that run eagerly)."""
-        if compiled:
-            if (dtype, "compiled") not in self.by_dtype:
-                copies = [None if m is None else LoadedModel(m.name, compile_forward(copy.deepcopy(m.model)),
-                                                             m.tokenizer) for m in self.at(dtype)]
-                self.by_dtype[dtype, "compiled"] = tuple(copies)
-            return self.by_dtype[dtype, "compiled"]
-        if dtype not in self.by_dtype:
-            target, draft = self.by_dtype[self.reference]
-            torch_dtype = parse_dtype(dtype, model_device(target.model))
-            if self.given:
-                self.notes.append(f"{dtype} models are copies of the {self.reference} models passed in, cast")
-                cast = lambda m: None if m is None else LoadedModel(m.name, copy.deepcopy(m.model).to(torch_dtype),
-                                                                   m.tokenizer)
-                self.by_dtype[dtype] = (cast(target), cast(draft))
-            else:
-                t = load_model(self.config.target, dtype=dtype, device=self.config.device)
-                self.by_dtype[dtype] = (t, self._load_draft(t, dtype) if self.needs_draft else None)
-        return self.by_dtype[dtype]
-
-    @property
-    def target(self) -> LoadedModel:
-        return self.by_dtype[self.reference][0]
-
-    @property
-    def draft(self) -> LoadedModel | None:
-        return self.by_dtype[self.reference][1]
-
-
-def _n_max(variants: list[Variant], config: BenchConfig) -> int:
-    """The largest forward a session's profile must time: γ+1 for the largest fixed γ, or γ_max+1."""
-    gammas = [config.gamma_max if v.gamma == "auto" else v.gamma for v in variants if v.method.cost is not Cost.PLAIN]
-    for v in variants:
-        if v.method.token_tree:  # a tree's forward covers its nodes (and PPD's prompt tokens): the whole range
-            gammas.append(63)
-        elif v.method.nodes is not None and v.gamma != "auto":  # m chains of γ
-            gammas.append(v.method.draft_nodes(v.gamma, config.decode_config(v, 0).params))
-    return min(max(gammas, default=1) + 1, 64)
-
-
-def profile_sizes(n_max: int) -> list[int]:
-    """The forward sizes a bench times: the device profile's grid (every size to 17, then 20, 24, ..., 64) up to
-    ``n_max``, and ``n_max`` itself. ``Profile.l_fp`` interpolates between them; timing every size up to 64 cost
-    4.5x as many forward tokens for the same curve."""
-    return sorted({n for n in DEFAULT_NS if n <= n_max} | {1, n_max})
-
-
-def _measure_profiles(models: _Models, dtypes: Sequence[str], context: list[int], config: BenchConfig,
-                      n_max: int) -> dict[str, Profile]:
-    profiles = {}
-    for dtype in dtypes:
-        target, draft = models.at(dtype)
-        # The bench times its steps at its own prompts' context already (``_cost_context``): no longer contexts, and
-        # the prefill (which --dtype auto weighs) at its median prompt length only.
-        prompt = max(1, len(context) - config.max_new_tokens // 2)
-        key = ProfileKey.here(model_device(target.model), config.target, config.draft if draft else None, dtype,
-                              context_tokens=len(context), repeats=config.cost_repeats, contexts=(),
-                              prefill_sizes=(prompt,), batch=config.batch_size)
-        profiles[dtype] = measure(target.model, draft.model if draft else None, context, key,
-                                  ns=profile_sizes(n_max), repeats=config.cost_repeats, warmup=1)
-    return profiles
-
-
-def _request(v: Variant, config: BenchConfig, models: _Models, device: torch.device, alpha: float | None,
+def _request(v: Variant, config: BenchConfig, models: Models, device: torch.device, alpha: float | None,
              kept: dict, prompt_tokens: int | None = None) -> RunRequest:
     """What ``v`` asks of ``plan_run``; a resumed run keeps the dtype and tree size its first session chose. Auto
     choices weigh the suite's mean prompt length ``prompt_tokens`` (its prefill, and the step at its context)."""
@@ -606,9 +166,12 @@ def _request(v: Variant, config: BenchConfig, models: _Models, device: torch.dev
 
 
 class _Run:
-    """One call of ``run_bench``: its folder, provenance, records and the plan of every variant."""
+    """One call of ``run_bench``: its folder, provenance, records, the plan of every variant and the energy meter
+    read around each generation. On Ray each task gets its own copy of the run (Ray unpickles a task's arguments
+    for every task), and that copy opens its own meter (``__setstate__``): a meter is a handle on one machine's
+    counter."""
 
-    def __init__(self, out: Path, config: BenchConfig, models: _Models, prompts: list[BenchPrompt],
+    def __init__(self, out: Path, config: BenchConfig, models: Models, prompts: list[BenchPrompt],
                  drafters: dict[str, Drafter]):
         self.out, self.config, self.models, self.prompts, self.given = out, config, models, prompts, drafters
         self.variants = config.variants()
@@ -626,9 +189,20 @@ class _Run:
                      for v in self.variants if any((v.label, p.id, r) not in self.written for p in batch)]
         self.device = model_device(models.target.model)
         self.alpha = draft_alpha_prior(config.draft, config.temperature) if config.draft else None
+        self.eos = eos_ids(models.target.model, models.target.tokenizer)
+        self.meter = open_meter(self.device)  # NVML / RAPL total-energy counters read around each generation
         self.failed: dict[str, dict] = {}  # label -> what it raised and where: one method never takes the others down
         self.plans: dict[str, Plan] = {}
-        self.session: dict | None = None
+        self.session: dict | None = None  # this call's entry of provenance["sessions"], when it measures
+        self.profiles: dict[str, Profile] = {}  # dtype -> device profile pooled over the sessions (start_session)
+        self._peer: LlamaCppPeer | None = None  # llama.cpp, loaded by the first use of ``peer``
+
+    def __getstate__(self) -> dict:
+        return {**self.__dict__, "meter": None}  # a counter handle does not travel; see __setstate__
+
+    def __setstate__(self, state: dict) -> None:
+        self.__dict__.update(state)
+        self.meter = open_meter(self.device)  # the counter of the machine this copy runs on
 
     def save(self) -> None:
         atomic_write_text(self.prov_path, json.dumps(self.provenance, indent=1) + "\n")
@@ -650,19 +224,19 @@ class _Run:
         before any timed record, then every variant's plan: dtype, γ policy, tree size and drafter."""
         kept = {"dtype": self.provenance.get("resolved_dtypes", {}), "tree_sizes": self.provenance.get("tree_sizes", {})}
         if self.todo or not kept["dtype"]:
-            self.session = _session_info(self.config, self.device)
-            _warn_if_busy(self.session)
+            self.session = session_info(self.config, self.device)
+            warn_if_busy(self.session)
             torch_variants = [v for v in self.variants if v.method.loop.own_weights]  # (llama.cpp's: no profile)
             dtypes = {kept["dtype"][v.label]["dtype"] if v.label in kept["dtype"] else
                       (v.dtype if v.dtype not in (None, "auto") else self.models.reference) for v in torch_variants}
             if any(v.dtype == "auto" and v.label not in kept["dtype"] for v in torch_variants):
                 dtypes |= set(candidate_dtypes(self.device))
-            n_max = _n_max(self.variants, self.config)
-            context = _cost_context(self.prompts, self.config, self.models.target.context_length, n_max)
-            profiles = _measure_profiles(self.models, sorted(dtypes, key=str), context, self.config, n_max)
+            n_max = profile_n_max(self.variants, self.config)
+            context = cost_context(self.prompts, self.config, self.models.target.context_length, n_max)
+            profiles = measure_profiles(self.models, sorted(dtypes, key=str), context, self.config, n_max)
             self.session["profiles"] = {d: p.to_dict() for d, p in profiles.items()}
             self.provenance["sessions"].append(self.session)
-        self.profiles = _session_profiles(self.provenance["sessions"])
+        self.profiles = session_profiles(self.provenance["sessions"])
         for v in self.variants:
             self.attempt(v.label, "planning its run", lambda: self._plan(v, kept))
         self.provenance["resolved_dtypes"] = {label: {"dtype": p.dtype, "reason": p.dtype_reason}
@@ -678,10 +252,12 @@ class _Run:
                 "dtype": base.dtype, "c": bp.c, "beta": bp.beta(gamma + 1) if gamma and gamma + 1 <= bp.n_max else None}
         self.save()
 
-    @functools.cached_property
+    @property
     def peer(self) -> LlamaCppPeer:
         """llama.cpp on the target's GGUF with the run's threads (loaded by its first run)."""
-        return LlamaCppPeer(gguf_for(self.config.target), threads=torch.get_num_threads())
+        if self._peer is None:
+            self._peer = LlamaCppPeer(gguf_for(self.config.target), threads=torch.get_num_threads())
+        return self._peer
 
     def _plan(self, v: Variant, kept: dict) -> None:
         if not v.method.loop.own_weights:  # llama.cpp: the GGUF's own types, a fixed γ
@@ -783,11 +359,10 @@ class _Run:
                 executor: ExecutorConfig = LOCAL) -> None:
         """Warm every variant up, then run the (prompt, repeat, variant) jobs left, interleaved, each record appended
         and flushed as it finishes. A baseline that cannot run with these models is skipped and said. On Ray
-        (``executor``), each prompt is a task (``_prompt_cell``) and its records are appended here in prompt order."""
+        (``executor``), each prompt is a task (``_prompt_cell``, which warms its variants up on its own copy of the
+        models) and its records are appended here in prompt order."""
         from tqdm.auto import tqdm
 
-        self.eos = eos_ids(self.models.target.model, self.models.target.tokenizer)
-        self.meter = open_meter(self.device)  # NVML / RAPL total-energy counters read around each generation
         skipped = {}
         draft = self.models.draft
         for v in self.variants:
@@ -849,7 +424,6 @@ class _Run:
         cells: dict[int, tuple[int, list[tuple[int, str]]]] = {}
         for g, repeat, label in todo:  # batch-major already: the local order within each batch is kept
             cells.setdefault(g, (g, []))[1].append((repeat, label))
-        meter, self.meter = self.meter, None  # each task opens its own (a counter of its node)
         written = 0
         with open(self.out / "records.jsonl", "a") as handle:
             def write(_: int, done: tuple[list[dict], dict]) -> None:
@@ -859,11 +433,8 @@ class _Run:
                     self.failed.setdefault(label, err)
                 for row in rows:
                     written += self._append(handle, row, on_record)
-            try:
-                run_cells(functools.partial(_prompt_cell, self), list(cells.values()), executor,
-                          progress=f"bench {self.out.name} (prompts)" if progress else False, on_result=write)
-            finally:
-                self.meter = meter
+            run_cells(functools.partial(_prompt_cell, self), list(cells.values()), executor,
+                      progress=f"bench {self.out.name} (prompts)" if progress else False, on_result=write)
         self.session.update(finished_utc=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), records_written=written,
                             executor=executor.describe())
         self.save()
@@ -888,56 +459,17 @@ class _Run:
                            failed=self.failed)
 
 
-_WARM: set[tuple[str, str]] = set()  # in a Ray worker: the (run folder, variant) it has warmed up already
-
-
 def _prompt_cell(run: _Run, cell: tuple[int, list[tuple[int, str]]]) -> tuple[list[dict], dict]:
-    """One prompt (one batch at --batch-size > 1) of a bench on a Ray worker: each variant warmed up (once per worker
-    process), then the (repeat, variant) jobs in order; (its records, the methods that failed). Module-level for
+    """One prompt (one batch at --batch-size > 1) of a bench on a Ray worker: each of its variants warmed up, then
+    the (repeat, variant) jobs in order; (its records, the methods that failed). ``run`` is this task's own copy,
+    with its own models and meter, so the warm-up runs on the very models the task then times. Module-level for
     Ray."""
     g, jobs = cell
-    run.meter = open_meter(run.device)
-    labels = [label for label in dict.fromkeys(label for _, label in jobs) if (str(run.out), label) not in _WARM]
-    for label in labels if run.config.warmup_tokens > 0 else ():
+    for label in dict.fromkeys(label for _, label in jobs) if run.config.warmup_tokens > 0 else ():
         run.warm_up(label)
-        _WARM.add((str(run.out), label))
     rows = [run.attempt(label, run.where(g, repeat), lambda: run.record_batch(label, g, repeat))
             for repeat, label in jobs]
     return [row for batch in rows if batch is not None for row in batch], run.failed
-
-
-def _warn_if_busy(session: dict) -> None:
-    load, cores = session["load_average"], os.cpu_count() or 1
-    if load and load[0] > cores - 0.5:
-        advice = ("; with several torch threads on a shared CPU every parallel region waits for descheduled "
-                  "threads (consider --threads 1)" if torch.get_num_threads() > 1 else "")
-        print(f"specrepro bench: the machine is busy (load {load[0]:.1f} on {cores} cores): timings will be "
-              f"noisy{advice}", file=sys.stderr)
-
-
-def _bench_prompts(config: BenchConfig, prompts: Sequence[BenchPrompt] | None,
-                   target: LoadedModel | None) -> list[BenchPrompt]:
-    """The run's prompts (the first ``limit``), each checked against the target's context before any model loads:
-    its tokenizer and context length are read without its weights unless the target was passed in."""
-    if target is not None:
-        tokenizer, context = target.tokenizer, target.context_length
-    elif (found := load_tokenizer(config.target)) is not None:
-        tokenizer, context = found
-    else:  # a reduced-vocabulary draft folder as the target: checked once loaded
-        tokenizer, context = None, None
-    if prompts is None:
-        holder = target if target is not None else LoadedModel(config.target, None, tokenizer)  # tokenizer only
-        prompts = encode_prompts(holder, config.prompts, config.limit, config.chat_template)
-    else:
-        prompts = list(prompts)[:config.limit]
-    if not prompts:
-        raise ValueError("no prompts to run")
-    if len({p.id for p in prompts}) != len(prompts):
-        raise ValueError("prompt ids must be unique: they key the records")
-    if context is not None:
-        for p in prompts:
-            check_prompt(p.ids, config, context, p.where or f"prompt {p.id}")
-    return prompts
 
 
 def run_bench(config: BenchConfig, out: str | Path, *, target: LoadedModel | None = None,
@@ -969,8 +501,8 @@ def run_bench(config: BenchConfig, out: str | Path, *, target: LoadedModel | Non
         prompts = _bench_prompts(config, prompts, target)  # every prompt checked before a model loads
         if config.threads is not None:
             torch.set_num_threads(config.threads)
-        models = _Models(config, target, draft, needs_draft=any(v.method.needs is Needs.DRAFT_MODEL for v in own))
-        config = dataclasses.replace(config, prompt_digest=_digest(prompts), weights_digest=_weights_digest(
+        models = Models(config, target, draft, needs_draft=any(v.method.needs is Needs.DRAFT_MODEL for v in own))
+        config = dataclasses.replace(config, prompt_digest=_digest(prompts), weights_digest=weights_digest(
             models.target.model, models.draft.model if models.draft else None))
         check_config(out, config)
         atomic_write_text(out / "config.json", json.dumps(config.to_dict(), indent=1) + "\n")
@@ -978,48 +510,6 @@ def run_bench(config: BenchConfig, out: str | Path, *, target: LoadedModel | Non
         run.start_session()
         run.measure(progress, on_record, executor)
         return run.finish()
-
-
-def _session_profiles(sessions: list[dict]) -> dict[str, Profile]:
-    """Per dtype, the profile for the summary: pooled over the sessions that measured it (one, unless resumed)."""
-    by_dtype: dict[str, list[Profile]] = {}
-    for s in sessions:
-        for dtype, d in (s.get("profiles") or {}).items():
-            by_dtype.setdefault(dtype, []).append(Profile.from_dict(d))
-    return {dtype: pooled_profile(ps) for dtype, ps in by_dtype.items()}
-
-
-def target_corpus(target: LoadedModel, prompts: Sequence[BenchPrompt], max_new_tokens: int,
-                  sampling: SamplingConfig, seed: int = 0, batch_size: int = 16) -> list[list[int]]:
-    """What the target itself generates for each prompt: the text the slides' n-gram drafts are fitted on.
-
-    Batched transformers ``generate`` (left-padded, with an attention mask) sampling from the same warped p
-    as our loops, seeded once with ``seed``; each continuation is cut before its first EOS. Only the
-    generated tokens are returned, so prompt text never enters a table.
-    """
-    eos = eos_ids(target.model, target.tokenizer)
-    pad = min(eos) if eos else 0
-    kwargs = dict(max_new_tokens=max_new_tokens, do_sample=not sampling.greedy, eos_token_id=sorted(eos) or None,
-                  pad_token_id=pad, repetition_penalty=1.0)
-    if not sampling.greedy:
-        kwargs.update(temperature=sampling.temperature, top_k=sampling.top_k, top_p=sampling.top_p)
-    device = model_device(target.model)
-    torch.manual_seed(seed)
-    corpus = []
-    for start in range(0, len(prompts), batch_size):
-        chunk = prompts[start:start + batch_size]
-        width = max(len(p.ids) for p in chunk)
-        ids = torch.full((len(chunk), width), pad, dtype=torch.long)  # [B, T] left-padded
-        mask = torch.zeros_like(ids)
-        for row, p in enumerate(chunk):
-            ids[row, width - len(p.ids):] = torch.tensor(p.ids)
-            mask[row, width - len(p.ids):] = 1
-        with torch.inference_mode():
-            out = target.model.generate(input_ids=ids.to(device), attention_mask=mask.to(device), **kwargs)
-        for row in out[:, width:].tolist():  # [B, n] generated part
-            cut = next((i for i, t in enumerate(row) if t in eos), len(row))
-            corpus.append(row[:cut])
-    return corpus
 
 
 def sweep_cell(base: BenchConfig, out: Path, objects: dict, cell: tuple[float, int]) -> list[dict]:

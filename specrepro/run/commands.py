@@ -425,7 +425,7 @@ def check_bench(args: argparse.Namespace):
     --out can be written. Returns the BenchConfig (which checks every label, value and parameter)."""
     from pathlib import Path
 
-    from .bench import BenchConfig
+    from .variants import BenchConfig
     from ..methods import Needs
     from ..engine.models import check_model_name
 
@@ -458,7 +458,8 @@ def check_bench(args: argparse.Namespace):
 
 
 def cmd_bench(args: argparse.Namespace) -> int:
-    from .bench import format_summary, run_bench
+    from .bench import run_bench
+    from .bench_summary import format_summary
 
     config = check_bench(args)
     result = run_bench(config, args.out, executor=args.executor, progress=not args.no_progress)
@@ -487,7 +488,7 @@ def calibrate_interrupted(args: argparse.Namespace, argv: list[str]) -> str:
 def bench_interrupted(args: argparse.Namespace, argv: list[str]) -> str:
     from pathlib import Path
 
-    from .bench import load_records
+    from .store import load_records
 
     out = Path(args.out)
     n = len(load_records(out)) if out.is_dir() else 0

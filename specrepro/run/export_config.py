@@ -151,7 +151,7 @@ def run_from_label(label: str, *, target: str | None = None, draft: str | None =
                    tree_size: int | None = None, params: dict | None = None, engine: str | None = None) -> Run:
     """A run from a bench label (``eagle:shapestatic:t12:g5``, parsed as ``bench`` parses it) and the flags: the
     label's fields win over the flags, as in ``bench``; a flag the method does not read is one clear error."""
-    from .bench import Variant
+    from .variants import Variant
 
     variant = Variant.parse(label, None, DEFAULT_GAMMA if gamma is None else gamma)
     spec = variant.method

@@ -15,7 +15,9 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from ..run.bench import BenchConfig, BenchPrompt, BenchResult, encode_prompts, run_bench
+from ..run.bench import encode_prompts, run_bench
+from ..run.bench_types import BenchPrompt, BenchResult
+from ..run.variants import BenchConfig
 from ..core.record import median_speedup
 from ..run.cache import run_dir
 from ..core.executor import ExecutorConfig, run_cells

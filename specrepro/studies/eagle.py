@@ -16,7 +16,7 @@ import torch
 
 from simulations import ppd as sim_ppd
 
-from ..run.bench import BenchPrompt, BenchResult
+from ..run.bench_types import BenchPrompt, BenchResult
 from ..drafters.eagle import EagleConfig, EagleDraft, EagleDrafter
 from ..drafters.medusa import random_paths, sparse_tree
 from .common import rows_of

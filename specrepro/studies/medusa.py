@@ -14,7 +14,7 @@ import torch
 
 from simulations import ppd as sim_ppd
 
-from ..run.bench import BenchPrompt, BenchResult
+from ..run.bench_types import BenchPrompt, BenchResult
 from ..core.cost import tree_speedup
 from ..drafters.medusa import MedusaConfig, MedusaDrafter, MedusaHeads, random_paths, sparse_tree
 from ..metrics.profile import Profile

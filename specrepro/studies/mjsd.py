@@ -12,7 +12,8 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 
-from ..run.bench import BenchConfig, BenchPrompt, BenchResult
+from ..run.bench_types import BenchPrompt, BenchResult
+from ..run.variants import BenchConfig
 from ..core.executor import ExecutorConfig
 from ..core import stats
 from ..metrics.verdict import Verdict, all_of, decide

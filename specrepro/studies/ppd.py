@@ -13,7 +13,7 @@ import torch
 
 from simulations import ppd as sim_ppd
 
-from ..run.bench import BenchPrompt, BenchResult
+from ..run.bench_types import BenchPrompt, BenchResult
 from ..core.cost import tree_speedup
 from ..drafters.ppd import PPDConfig, PPDDrafter, PromptTokens, dynamic_tree, input_lengths, tree_speed
 from ..metrics.profile import Profile

@@ -12,10 +12,10 @@ from pathlib import Path
 
 from simulations import SLIDES_TABLE2, SLIDES_TABLE2_COLUMNS, SLIDES_TABLE3, implied_cost_ratio
 
-from ..run.bench import BenchPrompt, target_corpus
+from ..run.bench_types import BenchPrompt
 from ..core.config import SamplingConfig
 from ..drafters import fit_ngram
-from ..drafters.ngram import NGramTable
+from ..drafters.ngram import NGramTable, target_corpus
 from ..engine.models import LoadedModel
 from .common import StudyCache, cached_json, suite_prompts
 

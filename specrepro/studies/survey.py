@@ -16,7 +16,7 @@ import torch
 from simulations.speculative import expected_speedup, max_beta
 
 from ..acceptance.mentored import solve_rows
-from ..run.bench import BenchPrompt, BenchResult
+from ..run.bench_types import BenchPrompt, BenchResult
 from ..core.config import DecodeConfig, SamplingConfig
 from ..core.decoding import Clock, eos_ids, model_device
 from ..drafters.prompt_lookup import PromptLookupDrafter

@@ -7,7 +7,7 @@ from collections.abc import Sequence
 
 import torch
 
-from ..run.bench import BenchPrompt, BenchResult
+from ..run.bench_types import BenchPrompt, BenchResult
 from ..core.config import DecodeConfig
 from ..drafters.base import Drafter
 from ..metrics.profile import Profile

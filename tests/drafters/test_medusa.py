@@ -141,7 +141,9 @@ def test_training_pieces_on_a_synthetic_teacher():
 
 
 def test_medusa_in_the_bench_predicts_from_tree_sizes(tmp_path):
-    from specrepro.run.bench import BenchConfig, BenchPrompt, run_bench
+    from specrepro.run.bench import run_bench
+    from specrepro.run.bench_types import BenchPrompt
+    from specrepro.run.variants import BenchConfig
     from specrepro.run.bench_summary import predicted_for_trees
     from specrepro.metrics.profile import Profile
     target = loaded(tiny_model(vocab_size=64, n_layers=2, hidden=32, seed=2))

@@ -282,7 +282,9 @@ def test_the_loss_falls_and_accuracies_are_measured(kd):
 
 def test_ppd_in_the_bench_predicts_from_input_lengths(tmp_path):
     from tests.helpers import loaded
-    from specrepro.run.bench import BenchConfig, BenchPrompt, run_bench
+    from specrepro.run.bench import run_bench
+    from specrepro.run.bench_types import BenchPrompt
+    from specrepro.run.variants import BenchConfig
     from specrepro.run.bench_summary import predicted_for_trees
     from specrepro.metrics.profile import Profile
     target = loaded(tiny_model(vocab_size=64, n_layers=2, hidden=H, seed=2))
@@ -362,7 +364,7 @@ def test_multi_exit_and_custom_head():
 
 
 def test_bench_variants_take_a_tree_size_and_a_rule():
-    from specrepro.run.bench import Variant
+    from specrepro.run.variants import Variant
     v = Variant.parse("ppd:t20:typical:bf16", None, 3)
     assert (v.method.name, v.tree_size, v.acceptance, v.dtype) == ("ppd", 20, "typical", "bf16")
     assert Variant.parse("medusa", None, 3).acceptance is None

@@ -13,7 +13,9 @@ import functools
 import pytest
 import torch
 
-from specrepro.run.bench import BenchConfig, BenchPrompt, run_bench
+from specrepro.run.bench import run_bench
+from specrepro.run.bench_types import BenchPrompt
+from specrepro.run.variants import BenchConfig
 from specrepro.drafters import fit_ngram
 from specrepro.drafters.eagle import EagleConfig, EagleDraft, save_draft
 from specrepro.drafters.medusa import MedusaConfig, MedusaHeads, save_heads

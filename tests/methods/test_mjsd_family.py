@@ -14,7 +14,9 @@ import pytest
 import torch
 
 from specrepro.run.commands import build_parser, main, sampling_from
-from specrepro.run.bench import BenchConfig, BenchPrompt, Variant, run_bench
+from specrepro.run.bench import run_bench
+from specrepro.run.bench_types import BenchPrompt
+from specrepro.run.variants import BenchConfig, Variant
 from specrepro.core.config import PRESETS, DecodeConfig, SamplingConfig
 from specrepro.methods import REGISTRY, method
 from specrepro.run.generate import generate_ids

@@ -15,7 +15,7 @@ import torch
 
 from specrepro.run.commands import build_parser, main
 from specrepro.acceptance import TREE_RULES
-from specrepro.run.bench import DTYPE_FIELDS, BenchConfig, Variant, check_config
+from specrepro.run.variants import DTYPE_FIELDS, BenchConfig, Variant, check_config
 from specrepro.core.config import DecodeConfig, SamplingConfig
 from specrepro.run.generate import generate_ids
 from specrepro.methods import (HF_METHODS, METHODS, REGISTRY, Cost, Loop, Method, Needs, method, methods_table,

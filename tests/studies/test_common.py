@@ -6,7 +6,8 @@ import statistics
 
 import pytest
 
-from specrepro.run.bench import BenchConfig, BenchPrompt, BenchResult
+from specrepro.run.bench_types import BenchPrompt, BenchResult
+from specrepro.run.variants import BenchConfig
 from specrepro.studies import common
 from specrepro.studies.common import (StudyCache, cached_json, cap, holdout_split, paired_ratio, records_of, rows_of,
                                       run_means)

@@ -8,7 +8,7 @@ import pytest
 import torch
 from safetensors.torch import save_file
 
-from specrepro.run.bench import BenchPrompt, BenchResult
+from specrepro.run.bench_types import BenchPrompt, BenchResult
 from specrepro.drafters.eagle import EagleConfig, EagleDraft, save_draft
 from specrepro.studies import eagle as study
 

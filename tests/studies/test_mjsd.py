@@ -7,7 +7,9 @@ from types import SimpleNamespace
 
 import pytest
 
-from specrepro.run.bench import BenchConfig, BenchPrompt, BenchResult, run_bench
+from specrepro.run.bench import run_bench
+from specrepro.run.bench_types import BenchPrompt, BenchResult
+from specrepro.run.variants import BenchConfig
 from specrepro.studies import mjsd
 from tests.helpers import loaded
 

@@ -7,7 +7,7 @@ import json
 import pytest
 
 from simulations import SLIDES_TABLE2, expected_speedup
-from specrepro.run.bench import BenchPrompt
+from specrepro.run.bench_types import BenchPrompt
 from specrepro.studies import slides
 from specrepro.studies.common import StudyCache
 from tests.helpers import loaded

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import torch
 
-from specrepro.run.bench import BenchPrompt, BenchResult
+from specrepro.run.bench_types import BenchPrompt, BenchResult
 from specrepro.core.config import DecodeConfig, SamplingConfig
 from specrepro.run.generate import generate_ids
 from specrepro.studies import survey

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from simulations.ppd import PAPER_TABLE1
-from specrepro.run.bench import BenchPrompt, BenchResult
+from specrepro.run.bench_types import BenchPrompt, BenchResult
 from specrepro.drafters.medusa import MedusaConfig, MedusaDrafter, MedusaHeads
 from specrepro.drafters.ppd import PPDConfig, PromptTokens
 from specrepro.studies import medusa as medusa_study
