@@ -8,7 +8,7 @@ Two questions read this measurement:
 - β against batch size (issue 15): β(B, n) = L(B, n) / L(B, 1), what verifying n = γ+1 tokens in each of B
   sequences costs relative to decoding one token in each.
 
-Timed like the device profile's L_fp(n) (``profile.measure``): warm-up rounds first, then rounds in which every
+Timed like the device profile's L_fp(n) (``calibrate.measure``): warm-up rounds first, then rounds in which every
 (B, n) cell is timed in turn, so that a change in machine load hits every cell alike; medians over the rounds;
 clocks synchronised with the device (``decoding.Clock``). A timed sample is ``forwards`` consecutive forwards of
 one cell, read as seconds (and joules, from the ``EnergyMeter`` where a counter exists) per forward; a cell's

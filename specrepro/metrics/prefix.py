@@ -1,5 +1,5 @@
 """B different sequences of one length, cached once, scored n new tokens at a time: what a batched forward is timed
-on, by the device profile (``profile.forward_timer``, ``profile.prefill_time`` at B > 1) and by the batching
+on, by the device profile (``profile.forward_timer``, ``calibrate.prefill_time`` at B > 1) and by the batching
 measurement (``batching.measure_batching``). Its own module so that both read it and neither imports the other's
 measuring code.
 """

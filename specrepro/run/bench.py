@@ -16,7 +16,7 @@ How the timings are kept fair:
 
 1. One warm-up run per variant on the first prompt (not recorded) before anything is timed.
 2. The device profile of every dtype in use (L_fp(n) for n = 1..γ_max+1 and one draft decode step, so c and
-   β(n); ``specrepro.metrics.profile.measure``) is measured at the start of each session on a realistic
+   β(n); ``specrepro.metrics.calibrate.measure``) is measured at the start of each session on a realistic
    context; it predicts each variant's speedup from its real steps (``bench_summary``), and it is what
    ``--dtype auto`` and ``--gamma auto`` decide with.
 3. Variants interleaved per prompt (for each prompt, for each repeat, every variant), so drift in machine load

@@ -1,6 +1,6 @@
 """What a bench session measures and records before anything is timed: the machine it runs on, and the device
 profile of every dtype in use (L_fp(n) for the forward sizes the variants need, and one draft decode step, so c and
-β(n); ``specrepro.metrics.profile.measure``), timed on a context as long as a typical step of the run sees.
+β(n); ``specrepro.metrics.calibrate.measure``), timed on a context as long as a typical step of the run sees.
 
 A session is one call of ``run_bench``; a resumed run has several, and the summary pools their profiles per dtype
 (:func:`session_profiles`).
@@ -19,7 +19,8 @@ import torch
 from ..core.decoding import model_device
 from ..core.provenance import git_revision
 from ..methods import Cost
-from ..metrics.profile import DEFAULT_NS, Profile, ProfileKey, cpu_info, measure
+from ..metrics.calibrate import measure
+from ..metrics.profile import DEFAULT_NS, Profile, ProfileKey, cpu_info
 from .bench_summary import pooled_profile
 from .bench_types import BenchPrompt
 from .loaded import Models

@@ -108,7 +108,8 @@ def plan_generate(spec: Method, args: argparse.Namespace, config: DecodeConfig, 
     are measured now and cached."""
     import torch
 
-    from ..metrics.profile import candidate_dtypes, cpu_info, get_profile
+    from ..metrics.calibrate import get_profile
+    from ..metrics.profile import candidate_dtypes, cpu_info
     from ..engine.models import default_device, draft_alpha_prior
     from .plan import RunRequest, lazy_profiles, plan_run
 
@@ -330,7 +331,8 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
 
     import torch
 
-    from ..metrics.profile import DEFAULT_ALPHA_PRIOR, candidate_dtypes, choose_dtype, dtype_name, get_profile
+    from ..metrics.calibrate import get_profile
+    from ..metrics.profile import DEFAULT_ALPHA_PRIOR, candidate_dtypes, choose_dtype, dtype_name
     from ..engine.models import check_model_name, default_device, draft_alpha_prior
 
     device = torch.device(args.device) if args.device else default_device()

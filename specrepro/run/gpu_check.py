@@ -451,7 +451,7 @@ def part_bench(ctx: Context) -> None:
     """``bench`` with ar, speculative, eagle and hf-ar, eager then with the engine compiled (the default a user
     gets; skipped past the budget); each method's time per target call against the floor of reading the target's
     weights once at the measured copy bandwidth."""
-    from ..metrics.profile import memory_bandwidth
+    from ..metrics.calibrate import memory_bandwidth
     from ..engine.models import load_model
     dtype = ctx.cfg.dtypes[0]
     model = load_model(ctx.target, dtype=dtype, device=ctx.cfg.device).model

@@ -183,7 +183,7 @@ class LlamaCppPeer:
 
     def measure(self, context: list[int], ns: Sequence[int], repeats: int = 5, warmup: int = 1) -> PeerProfile:
         """L(n) of llama.cpp after ``context`` cached tokens for every n of ``ns`` (its tokens: the context's again, as
-        ours), interleaved round by round as ``metrics.profile.measure`` does; each forward keeps the logits of all its
+        ours), interleaved round by round as ``metrics.calibrate.measure`` does; each forward keeps the logits of all its
         n positions, as a verification needs them, and is rolled out of the cache after it. Medians over ``repeats``
         rounds after ``warmup``."""
         ns = sorted(set(int(n) for n in ns))

@@ -12,8 +12,10 @@ import simulations as sim
 from specrepro import DecodeConfig, generate_ids
 from specrepro.decode.adaptive import AdaptiveGamma, FixedGamma
 from specrepro.drafters import LMDrafter, PromptLookupDrafter
+from specrepro.metrics import calibrate as cal
 from specrepro.metrics import profile as prof
-from specrepro.metrics.profile import Latency, choose_dtype, load_profile, measure, save_profile
+from specrepro.metrics.calibrate import measure
+from specrepro.metrics.profile import Latency, choose_dtype, load_profile, save_profile
 from specrepro.engine.models import tiny_model
 from tests.helpers import fake_profile, loaded, profile_key
 
@@ -118,16 +120,16 @@ def test_get_profile_reuses_only_a_profile_of_the_same_key(tmp_path, monkeypatch
         calls.append((name, dtype))
         return loaded(tiny_model(vocab_size=32, n_layers=1, hidden=16))
     monkeypatch.setattr("specrepro.engine.models.load_model", fake_load)
-    first = prof.get_profile("tiny", None, "fp32", device="cpu", threads=1, repeats=1, log=open("/dev/null", "w"))
-    again = prof.get_profile("tiny", None, "fp32", device="cpu", threads=1, repeats=1)
+    first = cal.get_profile("tiny", None, "fp32", device="cpu", threads=1, repeats=1, log=open("/dev/null", "w"))
+    again = cal.get_profile("tiny", None, "fp32", device="cpu", threads=1, repeats=1)
     assert again == first and len(calls) == 1
-    prof.get_profile("tiny", None, "fp32", device="cpu", threads=2, repeats=1, log=open("/dev/null", "w"))
-    prof.get_profile("tiny", None, "bf16", device="cpu", threads=1, repeats=1, log=open("/dev/null", "w"))
+    cal.get_profile("tiny", None, "fp32", device="cpu", threads=2, repeats=1, log=open("/dev/null", "w"))
+    cal.get_profile("tiny", None, "bf16", device="cpu", threads=1, repeats=1, log=open("/dev/null", "w"))
     assert len(calls) == 3
-    prof.get_profile("tiny", None, "fp32", device="cpu", threads=1, repeats=1, recalibrate=True,
+    cal.get_profile("tiny", None, "fp32", device="cpu", threads=1, repeats=1, recalibrate=True,
                      log=open("/dev/null", "w"))
     assert len(calls) == 4
-    prof.get_profile("tiny", None, "fp32", device="cpu", threads=1, repeats=2, log=open("/dev/null", "w"))
+    cal.get_profile("tiny", None, "fp32", device="cpu", threads=1, repeats=2, log=open("/dev/null", "w"))
     assert len(calls) == 5  # more repeats asked: a new measurement, not the cached one
     files = sorted(p.name for p in (tmp_path / "profiles").iterdir())
     assert len(files) == 4 and not any(f.startswith(".") for f in files)  # no temporary file left behind
@@ -163,7 +165,7 @@ def test_calibrate_adds_the_roofline_and_the_peer_and_upgrades_an_old_cached_pro
         return loaded(tiny_model(vocab_size=32, n_layers=1, hidden=16))
     monkeypatch.setattr("specrepro.engine.models.load_model", fake_load)
     quiet = open("/dev/null", "w")
-    plain = prof.get_profile("tiny", None, "fp32", device="cpu", threads=1, repeats=1, context_tokens=24, log=quiet)
+    plain = cal.get_profile("tiny", None, "fp32", device="cpu", threads=1, repeats=1, context_tokens=24, log=quiet)
     m = plain.machine
     assert m["gemm_flops_s"] > 1e8 and m["gemm_threads"] == 1 and plain.peer is None
     # q and o 16×16, k and v 16×8 (2 of 4 heads); gate, up, down 16×32; the LM head 16×32: 2 FLOPs per weight
@@ -177,36 +179,36 @@ def test_calibrate_adds_the_roofline_and_the_peer_and_upgrades_an_old_cached_pro
     path.write_text(json.dumps(old))  # as written before calibrate measured them
     assert load_profile(path).compute_floor_s is None and load_profile(path).peer is None
     peer = FakePeer()
-    upgraded = prof.get_profile("tiny", None, "fp32", device="cpu", threads=1, repeats=1, context_tokens=24,
+    upgraded = cal.get_profile("tiny", None, "fp32", device="cpu", threads=1, repeats=1, context_tokens=24,
                                 log=quiet, peer=peer)
     assert upgraded.forward == plain.forward and upgraded.compute_floor_s is not None
     assert peer.calls == [(24, tuple(n for n, _ in plain.forward), 1)]
     assert upgraded.peer.beta(1) == 1.0 and upgraded.peer.beta(3) == pytest.approx(5 / 3)
     assert load_profile(path) == upgraded and len(loads) == 2  # ours not measured again: the model loaded to add them
-    assert prof.get_profile("tiny", None, "fp32", device="cpu", threads=1, repeats=1, context_tokens=24,
+    assert cal.get_profile("tiny", None, "fp32", device="cpu", threads=1, repeats=1, context_tokens=24,
                             peer=peer) == upgraded and len(peer.calls) == 1  # cached with the peer: nothing measured
     other = FakePeer(threads=2)
-    prof.get_profile("tiny", None, "fp32", device="cpu", threads=1, repeats=1, context_tokens=24, log=quiet, peer=other)
+    cal.get_profile("tiny", None, "fp32", device="cpu", threads=1, repeats=1, context_tokens=24, log=quiet, peer=other)
     assert len(other.calls) == 1
 
 
 def test_the_gemm_roofline_measures_a_rate():
-    rate = prof.gemm_roofline(torch.device("cpu"), torch.float32, size=256, repeats=2)
+    rate = cal.gemm_roofline(torch.device("cpu"), torch.float32, size=256, repeats=2)
     assert 1e8 < rate < 1e14
 
 
 def test_interrupted_calibration_leaves_no_profile(tmp_path, monkeypatch):
     monkeypatch.setenv("SPECREPRO_CACHE", str(tmp_path))
     monkeypatch.setattr("specrepro.engine.models.load_model", lambda *a, **k: loaded(tiny_model(vocab_size=32, hidden=16)))
-    real = prof.measure
+    real = cal.measure
 
     def interrupted(*args, **kwargs):
         def stop(done, total):
             raise KeyboardInterrupt
         return real(*args, **{**kwargs, "progress": stop})
-    monkeypatch.setattr(prof, "measure", interrupted)
+    monkeypatch.setattr(cal, "measure", interrupted)
     with pytest.raises(KeyboardInterrupt):
-        prof.get_profile("tiny", None, "fp32", device="cpu", threads=1, repeats=1)
+        cal.get_profile("tiny", None, "fp32", device="cpu", threads=1, repeats=1)
     assert not (tmp_path / "profiles").exists() or not any((tmp_path / "profiles").iterdir())
 
 
