@@ -49,7 +49,8 @@ def fig2_tau_figure(fig2: Sequence[dict], chain: dict, top_k: int, depth: int, t
     ax.axhline(chain["tau_chain"], color="grey", lw=0.8,
                label=f"measured, top-1 chain of {depth}: {chain['tau_chain']:.2f} "
                      f"(theory {chain['tau_theory_chain']:.2f})")
-    ax.set(xscale="log", xlabel="tree size $n$ (candidate nodes)", ylabel=r"accept length $\tau$ (tokens / target call)")
+    ax.set(xscale="log", xlabel="tree size $n$ (candidate nodes)",
+           ylabel=r"accept length $\tau$ (tokens / target call)")
     ax.set_xticks(ns, [str(n) for n in ns], minor=False)  # the sizes measured, as plain numbers
     ax.tick_params(axis="x", which="minor", labelbottom=False)
     plots.legend(ax)
@@ -124,7 +125,8 @@ def fig4_memory_figure(memory: Sequence[dict], shares: Sequence[dict], target: s
     xs = np.arange(len(shares))
     axes[1].bar(xs, [s["ours_pct"] for s in shares], color="C2", label=f"ours ({target}), extra parameters")
     plots.document_marker(axes[1], xs, [s["paper_pct"] for s in shares],
-                          "PPD paper §5.3 (Fig. 7): 0.004 % of Medusa's,\n0.007 % of Eagle's (Vicuna-7B, another model)")
+                          "PPD paper §5.3 (Fig. 7): 0.004 % of Medusa's,\n0.007 % of Eagle's "
+                          "(Vicuna-7B, another model)")
     axes[1].set_xticks(xs, [s["ratio"].replace(" as % of", "\nas % of") for s in shares], fontsize=7)
     axes[1].set_yscale("log")
     shares_pct = [s["ours_pct"] for s in shares] + [s["paper_pct"] for s in shares]

@@ -152,7 +152,8 @@ def beta_figure(table: Sequence[dict], batches: Sequence[int], gammas: Sequence[
     axes[0].plot([], [], "k--", lw=0.8, label="compute-bound limit $\\gamma + 1$ (blog: 'toward k')")
     axes[0].plot([], [], "k:", lw=0.8, label="blog's break-even $\\beta$ (theory)")
     axes[0].set(xscale="log", yscale="log", xlabel="batch size $B$",
-                ylabel="$\\beta(B, \\gamma+1) = L(B, \\gamma+1) / L(B, 1)$", title="(a) verification cost factor (measured)")
+                ylabel="$\\beta(B, \\gamma+1) = L(B, \\gamma+1) / L(B, 1)$",
+                title="(a) verification cost factor (measured)")
     axes[1].axhline(1.0, color="k", lw=0.8)
     axes[1].set(xscale="log", xlabel="batch size $B$", ylabel="E[speedup]",
                 title=f"(b) blog's E[speedup] with measured $\\beta$ ($\\alpha$ = {alpha:.2f}, c = {c:.2f})")
@@ -178,7 +179,8 @@ def task_speedup_figure(table: Sequence[dict], gamma: int):
     ax.plot(x, [r["predicted_speedup"] for r in table], "_", color="C3", ms=14, mew=2,
             label="blog's E[speedup] from our $\\alpha$, $c$, $\\beta$ (theory)")
     paper = [(i, r["paper_speedup"]) for i, r in enumerate(table) if r["paper_speedup"] is not None]
-    plots.document_marker(ax, *zip(*paper), label="Chen et al. 2023, Table 1: Chinchilla 70B, 4B draft, TPU v4, batch 1")
+    plots.document_marker(ax, *zip(*paper),
+                          label="Chen et al. 2023, Table 1: Chinchilla 70B, 4B draft, TPU v4, batch 1")
     ax.axhline(1.0, color="k", lw=0.8)
     ax.set_xticks(x, [f"{r['suite']}\n{r['decoding']} (T = {r['temperature']:g})" for r in table], fontsize=7)
     ax.set(ylabel="speculative sampling over AR (tokens/s)", ylim=(0, max(2.7, float(speedups.max()) * 1.15)))

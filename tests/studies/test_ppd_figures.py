@@ -12,7 +12,8 @@ from tests.studies.drawn import checked
 def test_fig6_draws_ppd_and_medusa_per_distance_and_two_epts():
     acc = np.linspace(0.2, 0.9, 15).reshape(3, 5)  # [distance, k]
     fig = ppd_figures.fig6_topk_figure(acc, acc / 2, {1: acc[:2], 3: acc[:2] + 0.05}, "tiny")
-    assert [line.get_label() for line in fig.axes[0].lines] == [f"{m} @{d}" for d in (1, 2, 3) for m in ("PPD", "Medusa")]
+    labels = [line.get_label() for line in fig.axes[0].lines]
+    assert labels == [f"{m} @{d}" for d in (1, 2, 3) for m in ("PPD", "Medusa")]
     assert np.allclose(fig.axes[1].lines[2].get_ydata(), acc[0] + 0.05)  # 3 EPTs, distance 1
     assert plots.shows_document_number(fig)  # the paper's printed anchors
     assert "(b) EPTs per prompt token (ablation budget)" in checked(fig)

@@ -3,7 +3,6 @@ profile settings, on hand-made rows."""
 from __future__ import annotations
 
 import numpy as np
-import pytest
 import torch
 
 from specrepro.drafters.staged import FROM_DRAFT, FROM_INNER, FROM_LOOKUP, FROM_TARGET
