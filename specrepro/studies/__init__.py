@@ -16,5 +16,8 @@ tiny models of ``tests/helpers.py``.
 - :mod:`.eagle`: the EAGLE draft by draft position, tree shape and size, one interleaved bench and Fig. 7's memory;
 - :mod:`.batch`: batched speculative decoding against batch size B, beside the survey's prediction from the measured
   β(B, γ+1) and α, and the MJSD paper's Table 1 claim on the same runs;
-- :mod:`.slides`: the slides' Tables 2 and 3 on our pair, beside their printed rows.
+- :mod:`.slides`: the slides' Tables 2 and 3 on our pair, beside their printed rows;
+- :mod:`.survey_figures`, :mod:`.ppd_figures`, :mod:`.mjsd_figures`, :mod:`.eagle_figures`: the figures (and closing
+  summaries) of those notebooks, drawn from the study's tables; the notebook saves each with its footer;
+- :mod:`.show`: how a notebook prints a table's rows under it (floats rounded, some columns picked).
 """

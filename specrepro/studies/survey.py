@@ -321,3 +321,38 @@ def beta_table(batching, gammas: Sequence[int], alpha: float, c: float) -> list[
                           "compute_bound_limit": g + 1, "blog_break_even_beta": float(max_beta(alpha, g, c)),
                           "alpha": alpha, "c": c, "expected_speedup": float(expected_speedup(alpha, g, c, beta))})
     return table
+
+
+# ------------------------------------------------------------------ the notebook's profiles: sizes and grids
+
+# Per profile, the sizes of notebooks/survey_mentored_staged_batch.ipynb. bench: prompts per bench (None: all but the
+# one-token chart's); rows: held-out prompts of the one-token chart; task_*: the speedup-by-task benches (prompts per
+# suite, new tokens, seeds).
+SETTINGS = {
+    "smoke": dict(bench=1, rows=2, repeats=1, max_new=8, cost_repeats=1, warmup=2, solver_repeats=2, batch_context=16,
+                  batch_rounds=1, batch_forwards=1, task_prompts=1, task_max_new=8, task_seeds=1),
+    # quick, sized for ~5 minutes on 1 CPU thread of a 2-core machine running two notebooks: 1 bench prompt x 1
+    # repeat, 16 tokens (a summarize generation costs ~6-10 s whatever its length: prefill and scoring of ~450 tokens;
+    # mentored_speed_quality decides the speed-quality question on more prompts and seeds)
+    "quick": dict(bench=1, rows=2, repeats=1, max_new=16, cost_repeats=3, warmup=8, solver_repeats=5, batch_context=64,
+                  batch_rounds=2, batch_forwards=1, task_prompts=4, task_max_new=32, task_seeds=2),
+    "full": dict(bench=None, rows=4, repeats=3, max_new=128, cost_repeats=7, warmup=8, solver_repeats=20,
+                 batch_context=256, batch_rounds=5, batch_forwards=4, task_prompts=20, task_max_new=128, task_seeds=3),
+}
+# Per profile, the grids: γ and D of the speed-quality bench, the one-token chart's bounds, β's batch sizes and γ;
+# smoke takes two points of each of quick's.
+_QUICK_GRID = dict(gammas=(2, 4), bounds=(0.2, 1.0),
+                   chart_bounds=(0.0, 0.01, 0.02, 0.05, 0.1, 0.2, 0.3, 0.5, 0.75, 1.0, 1.5, 2.0, 3.0),
+                   batches=(1, 4, 16, 64), batch_gammas=(1, 2, 4, 8))
+GRIDS = {
+    "smoke": {name: (values[0], values[-1]) for name, values in _QUICK_GRID.items()},
+    "quick": _QUICK_GRID,
+    "full": dict(gammas=(2, 4, 6), bounds=(0.02, 0.05, 0.1, 0.2, 0.5, 1.0),
+                 chart_bounds=tuple(np.round(np.linspace(0.0, 2.0, 41) ** 2, 4)),
+                 batches=(1, 2, 4, 8, 16, 32, 64), batch_gammas=(1, 2, 3, 4, 5, 6, 7, 8)),
+}
+
+
+def profile_settings(profile: str) -> tuple[dict, dict]:
+    """(sizes, grids) of ``profile``, fresh copies: a notebook may change its own without touching the table."""
+    return dict(SETTINGS[profile]), dict(GRIDS[profile])
