@@ -243,8 +243,7 @@ def schedule(jobs: list[tuple[Path, str, dict]], expected: dict[str, float]) -> 
     return sorted(jobs, key=lambda job: -expected.get(job[1], float("inf")))
 
 
-def main(argv: list[str] | None = None) -> int:
-    cores = os.cpu_count() or 1
+def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--profile", choices=PROFILES, default="quick",
                         help="smoke: every cell on tiny settings, into build/smoke/ (CI); quick: about 30 minutes on "
@@ -262,6 +261,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--allow-draft", action="store_true",
                         help="write the checkout's figures/ from a tree with uncommitted changes, every artifact "
                              "marked DRAFT (default: refuse; commit first, so that each names a commit)")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    cores = os.cpu_count() or 1
+    parser = build_parser()
     args = parser.parse_args(argv)
     jobs_n = args.jobs or min(2, cores)
     threads = args.threads or max(1, cores // jobs_n)
@@ -345,7 +350,12 @@ def main(argv: list[str] | None = None) -> int:
                     print(f"    ok {name} in {clock(elapsed)} -> {(executed / f'{name}.ipynb')}", flush=True)
     total = time.perf_counter() - start_all
     setup["wall_s"] = round(total, 1)
+    return finish(figures, out, executed, done, setup, failures, total, len(jobs))
 
+
+def finish(figures: Path, out: Path, executed: Path, done: dict[str, dict], setup: dict, failures: list[str],
+           total: float, n_runs: int) -> int:
+    """After the runs: their timings, the index, the verdicts and the reproduction report; the exit status."""
     figures.mkdir(parents=True, exist_ok=True)
     record_timings(figures, done, setup)
     md, _ = write_index(figures)
@@ -357,13 +367,13 @@ def main(argv: list[str] | None = None) -> int:
     report = reproduction_report(figures, out, executed)
     if report:
         print(f"reproduction report: {report}", flush=True)
-    print(f"wall time {clock(total)} for {len(jobs)} run(s)", flush=True)
+    print(f"wall time {clock(total)} for {n_runs} run(s)", flush=True)
     if failures:
         print(f"\n{len(failures)} notebook(s) failed:", file=sys.stderr)
         for failure in failures:
             print(f"  {failure}", file=sys.stderr)
         return 1
-    print(f"all {len(jobs)} notebook run(s) done", flush=True)
+    print(f"all {n_runs} notebook run(s) done", flush=True)
     return 0
 
 

@@ -218,6 +218,18 @@ def _bisect(kl_of, feasible: np.ndarray, infeasible: np.ndarray, bound: np.ndarr
 
 # -------------------------------------------------------------------------------------- solver
 
+def _accept_and_residual(pi: np.ndarray, q: np.ndarray, accept_all: np.ndarray):
+    """The rule that turns drafts from q into samples of π: r = min(1, π/q) (1 where the row accepts everything),
+    A = Σ q r, and the residual s = (π − q r)/(1 − A), set to π when A = 1 (never used). Rows [B, V]."""
+    with np.errstate(divide="ignore", invalid="ignore"):
+        accept = np.where(q > 0, np.minimum(1.0, pi / q), (pi > 0).astype(float))
+    accept = np.where(accept_all[:, None], 1.0, accept)  # [B, V]
+    accept_prob = (q * accept).sum(-1)  # [B]
+    leftover = pi - q * accept
+    residual = np.where((1.0 - accept_prob)[:, None] > 1e-12, np.maximum(leftover, 0.0), pi)
+    return accept, accept_prob, residual / residual.sum(-1, keepdims=True)
+
+
 def solve(p, q, bound, *, blog_family: bool = False) -> MentoredSolution:
     """Optimal mentored-decoding rule (r, s) for target ``p`` and draft ``q`` under KL(p ‖ π) ≤ D.
 
@@ -302,14 +314,7 @@ def solve(p, q, bound, *, blog_family: bool = False) -> MentoredSolution:
     pi = pi / pi.sum(-1, keepdims=True)
     theta = np.where(accept_all & (m0 > 0), 1.0, theta)
 
-    with np.errstate(divide="ignore", invalid="ignore"):
-        accept = np.where(q2 > 0, np.minimum(1.0, pi / q2), (pi > 0).astype(float))
-    accept = np.where(accept_all[:, None], 1.0, accept)
-    accept_prob = (q2 * accept).sum(-1)
-    leftover = pi - q2 * accept
-    rest = 1.0 - accept_prob
-    residual = np.where(rest[:, None] > 1e-12, np.maximum(leftover, 0.0), pi)
-    residual = residual / residual.sum(-1, keepdims=True)
+    accept, accept_prob, residual = _accept_and_residual(pi, q2, accept_all)
 
     alpha_out = np.where(np.isfinite(hi), 1.0 / hi, 0.0)
     beta_out = 1.0 / lo

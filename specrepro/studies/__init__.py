@@ -1,8 +1,8 @@
 """The measuring code of the figure notebooks, one module per study (issue 22, item 6: notebooks only orchestrate).
 
-A notebook under ``notebooks/`` keeps its parameters cell, its provenance cell, the calls below, its plots and the
-tables it writes; everything that measures or computes a number lives here, where ``tests/studies/`` runs it on the
-tiny models of ``tests/helpers.py``.
+A notebook under ``notebooks/`` keeps its parameters cell, its provenance cell, the calls below and the saving of
+its figures and tables; everything that measures or computes a number, and any figure longer than a few lines
+(``*_figures`` below), lives here, where ``tests/studies/`` runs it on the tiny models of ``tests/helpers.py``.
 
 - :mod:`.common`: the run-cache folder and bench runner every study shares, the per-variant summary rows, the
   paired tokens/s ratio and the prompt splits;

@@ -2,7 +2,7 @@
 :mod:`.survey`: each function returns a titled matplotlib Figure that the notebook saves with its footer
 (``Artifacts.figure``), so the notebook only orchestrates and the drawing is tested here.
 
-Notation (STYLE.md): p = target row, q = draft row, D = the KL bound of mentored decoding, γ = draft length,
+Notation (docs/notation.md): p = target row, q = draft row, D = the KL bound of mentored decoding, γ = draft length,
 B = batch size, R = rows.
 """
 from __future__ import annotations
