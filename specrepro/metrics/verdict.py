@@ -23,7 +23,7 @@ from typing import Callable
 
 import numpy as np
 
-from ..core.stats import LEVEL, paired_bootstrap  # the one interval (re-exported: notebooks import it from here)
+from ..core.stats import LEVEL, paired_bootstrap  # the one interval
 
 HOLDS, FAILS, UNDECIDED = "holds", "fails", "undecided, n too small"
 VERDICTS = (HOLDS, FAILS, UNDECIDED)

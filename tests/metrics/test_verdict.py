@@ -3,7 +3,8 @@ bootstrap's intervals, and bad input (the interval itself: tests/metrics/test_st
 import numpy as np
 import pytest
 
-from specrepro.metrics.verdict import FAILS, HOLDS, UNDECIDED, all_of, at_least, at_most, paired_bootstrap
+from specrepro.core.stats import paired_bootstrap
+from specrepro.metrics.verdict import FAILS, HOLDS, UNDECIDED, all_of, at_least, at_most
 
 
 def test_outcomes_by_hand():

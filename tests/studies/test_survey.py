@@ -131,7 +131,7 @@ def test_task_speedup_table_pairs_prompts_and_names_the_paper():
 def test_task_arrays_in_the_stats_layout_with_the_real_bootstrap():
     """The table by task reads ``task_arrays`` (speculative first, AR second) with the bench's pooled ratio."""
     from specrepro.core import stats
-    from specrepro.metrics.verdict import paired_bootstrap
+    from specrepro.core.stats import paired_bootstrap
     records = [{"method": m, "prompt_id": p, "repeat": 0, "new_tokens": 10, "wall_time_s": t}
                for m, p, t in (("ar", "a", 1.0), ("s", "a", 0.5), ("ar", "b", 2.0), ("s", "b", 1.0))]
     x = survey.task_arrays(records, ["a", "b"], ("s", "ar"))  # [P=2, S=1, 2, 2]: s twice as fast
