@@ -7,7 +7,8 @@
    ``out_root`` and, where it declares them, ``threads`` and ``seed``, in the kernel ``python3``, which
    jupyter_client starts with this interpreter (so ``.venv/bin/python`` runs the notebooks in the venv).
 2. ``--jobs`` notebooks run at a time (default 2, or 1 on a 1-core machine), each in its own process with
-   ``--threads`` torch/BLAS threads (default: the cores divided among the jobs). The longest expected
+   ``--threads`` torch/BLAS threads (default: the cores divided among the jobs), except the ``TIMED`` ones, which
+   run alone on every core (but in ``smoke``, whose timings decide nothing). The longest expected
    notebook starts first; a notebook named in ``DEPENDS`` waits for the ones it reads. Each start prints the
    notebook's expected time and ETA (from its last run with this profile, kept in the cache), and a heartbeat
    every minute says how far each running notebook is.
@@ -67,6 +68,12 @@ VARIANTS: dict[str, dict[str, dict]] = {
 # Runs that read what another run computed: run name -> the runs it waits for. None today: every notebook computes
 # what it shows (the zoo's trained weights are inputs shipped in specrepro/zoo/, not outputs of a notebook).
 DEPENDS: dict[str, tuple[str, ...]] = {}
+# Notebooks whose verdicts rest on timings (a bench's speeds, batched walls): each runs alone, on every core, so that
+# no sibling notebook's load is in its numbers (their bench would print "the machine is busy"). Smoke runs decide
+# nothing and share the machine.
+TIMED = frozenset({"batch_speculative", "eagle_feature_draft", "medusa_trees", "mentored_speed_quality",
+                   "mjsd_joint_decoding", "ppd_parallel_prompt_decoding", "speculative_slides_tables",
+                   "survey_mentored_staged_batch"})
 # Notebooks that make no artifact: explored by hand in JupyterLab (tests/test_explore.py executes them headless).
 INTERACTIVE = ("explore",)
 
@@ -243,6 +250,16 @@ def schedule(jobs: list[tuple[Path, str, dict]], expected: dict[str, float]) -> 
     return sorted(jobs, key=lambda job: -expected.get(job[1], float("inf")))
 
 
+def alone(notebook: Path, profile: str) -> bool:
+    """Whether ``notebook`` runs with nothing beside it (``TIMED``, outside smoke)."""
+    return notebook.stem in TIMED and profile != "smoke"
+
+
+def startable(job: tuple[Path, str, dict], running: list[bool], profile: str) -> bool:
+    """Whether ``job`` may start beside the runs now running (``running``: whether each runs alone)."""
+    return not running or not (alone(job[0], profile) or any(running))
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--profile", choices=PROFILES, default="quick",
@@ -292,14 +309,19 @@ def main(argv: list[str] | None = None) -> int:
     jobs = schedule(jobs, expected)
     setup = {"profile": args.profile, "jobs": jobs_n, "threads_per_notebook": threads, "machine": machine(),
              "started_utc": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")}
-    print(f"{len(jobs)} notebook run(s), profile {args.profile}, {jobs_n} at a time with {threads} thread(s) each; "
-          f"figures -> {figures}, executed notebooks -> {executed}", flush=True)
+    timed = sum(alone(nb, args.profile) for nb, _, _ in jobs)
+    print(f"{len(jobs)} notebook run(s), profile {args.profile}, {jobs_n} at a time with {threads} thread(s) each"
+          + (f", but the {timed} timed ones alone with {cores}" if timed else "")
+          + f"; figures -> {figures}, executed notebooks -> {executed}", flush=True)
     if out != ROOT and not args.out:
         print(f"({args.profile} writes to a scratch folder, never over the committed figures/)", flush=True)
 
+    def threads_of(notebook: Path) -> int:
+        return cores if alone(notebook, args.profile) else threads
+
     def parameters(notebook: Path, extra: dict) -> dict:
         declared = declared_parameters(notebook)
-        given = {"profile": args.profile, "out_root": None if out == ROOT else str(out), "threads": threads,
+        given = {"profile": args.profile, "out_root": None if out == ROOT else str(out), "threads": threads_of(notebook),
                  "seed": args.seed, **extra}
         missing = {"profile", "out_root"} - declared
         if missing:
@@ -310,13 +332,14 @@ def main(argv: list[str] | None = None) -> int:
     failures, done = [], {}
     start_all = time.perf_counter()
     pending = list(jobs)
-    running: dict[cf.Future, tuple[str, float]] = {}
+    running: dict[cf.Future, tuple[str, float, Path]] = {}
     finished: set[str] = set()
     context = multiprocessing.get_context("spawn")
     with cf.ProcessPoolExecutor(max_workers=jobs_n, mp_context=context) as pool:
         while pending or running:
             while pending and len(running) < jobs_n:
-                ready = [j for j in pending if set(DEPENDS.get(j[1], ())) <= finished]
+                ready = [j for j in pending if set(DEPENDS.get(j[1], ())) <= finished
+                         and startable(j, [alone(nb, args.profile) for _, _, nb in running.values()], args.profile)]
                 if not ready:
                     break
                 notebook, name, extra = ready[0]
@@ -327,16 +350,16 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"[{len(done) + len(failures) + len(running) + 1}/{len(jobs)}] start {name} "
                       f"({', '.join(f'{k}={v}' for k, v in params.items())}); expected "
                       f"{clock(guess) if guess else 'unknown (first run here)'}, ETA {eta}", flush=True)
-                future = pool.submit(run_one, notebook, params, name, executed, threads, figures, draft)
-                running[future] = (name, time.perf_counter())
+                future = pool.submit(run_one, notebook, params, name, executed, threads_of(notebook), figures, draft)
+                running[future] = (name, time.perf_counter(), notebook)
             complete, _ = cf.wait(running, timeout=HEARTBEAT_S, return_when=cf.FIRST_COMPLETED)
             if not complete:
                 states = [f"{n} {clock(time.perf_counter() - t0)}"
-                          + (f"/{clock(expected[n])}" if n in expected else "") for n, t0 in running.values()]
+                          + (f"/{clock(expected[n])}" if n in expected else "") for n, t0, _ in running.values()]
                 print(f"    ... {clock(time.perf_counter() - start_all)} elapsed; running: {'; '.join(states)}; "
                       f"{len(pending)} waiting", flush=True)
             for future in complete:
-                name, t0 = running.pop(future)
+                name, t0, notebook = running.pop(future)
                 elapsed = time.perf_counter() - t0
                 finished.add(name)
                 failure = future.result()
@@ -344,7 +367,8 @@ def main(argv: list[str] | None = None) -> int:
                     failures.append(failure)
                     print(f"    FAILED {name} after {clock(elapsed)}: {failure}", flush=True)
                 else:
-                    done[name] = {"wall_s": round(elapsed, 1), "profile": args.profile, "threads": threads,
+                    done[name] = {"wall_s": round(elapsed, 1), "profile": args.profile,
+                                  "threads": threads_of(notebook), "alone": alone(notebook, args.profile),
                                   "jobs": jobs_n, "cpu": setup["machine"]["cpu"], "gpu": setup["machine"]["gpu"],
                                   "finished_utc": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")}
                     print(f"    ok {name} in {clock(elapsed)} -> {(executed / f'{name}.ipynb')}", flush=True)

@@ -186,3 +186,16 @@ def test_a_hand_run_writes_a_scratch_folder_not_the_committed_figures(tmp_path, 
     assert "a hand run" in capsys.readouterr().out
     assert not (tmp_path / "figures").exists()
     assert Artifacts("toy", tmp_path / "elsewhere").dir == tmp_path / "elsewhere" / "figures" / "toy"
+
+
+def test_a_timed_notebook_runs_alone_outside_smoke():
+    import run_notebooks as rn
+    stems = {p.stem for p in rn.NOTEBOOKS.glob("*.ipynb")}
+    assert rn.TIMED <= stems, rn.TIMED - stems
+    timed, plain = (rn.NOTEBOOKS / "medusa_trees.ipynb", "medusa_trees", {}), (rn.NOTEBOOKS / "theory_ppd.ipynb",
+                                                                               "theory_ppd", {})
+    assert rn.startable(timed, [], "quick") and rn.startable(plain, [], "quick")
+    assert not rn.startable(timed, [False], "quick")  # nothing may run beside a timed run
+    assert not rn.startable(plain, [True], "quick")
+    assert rn.startable(plain, [False], "quick")
+    assert rn.startable(timed, [False], "smoke") and rn.startable(plain, [False], "smoke")  # smoke shares
