@@ -139,11 +139,10 @@ def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
     return weight * F.rms_norm(x.float(), x.shape[-1:], None, eps).to(x.dtype)
 
 
-def rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-    """x [B, h, Q, D] rotated by cos/sin [B, 1, Q, D] (transformers' rotate_half convention)."""
-    half = x.shape[-1] // 2
-    rotated = torch.cat((-x[..., half:], x[..., :half]), dim=-1)
-    return x * cos + rotated * sin
+def rope(x: torch.Tensor, cos: torch.Tensor, signed_sin: torch.Tensor) -> torch.Tensor:
+    """x [B, h, Q, D] rotated by cos/sin [B, 1, Q, D] (transformers' rotate_half convention: x·cos + (−x₂, x₁)·sin),
+    with ``signed_sin`` = (−sin₁, sin₂) (``_signed``), so the halves swap by one roll."""
+    return torch.addcmul(x * cos, x.roll(x.shape[-1] // 2, dims=-1), signed_sin)
 
 
 class LlamaStack(torch.nn.Module):
@@ -152,7 +151,9 @@ class LlamaStack(torch.nn.Module):
     ``forward(x [B, Q, H], positions [B, Q], slots [Q], mask [B, 1, Q, S], k [L, B, Hkv, C, D], v) ->
     hidden [L+1, B, Q, H]``: entry 0 is the input embeddings, entry i the output of layer i, entry L the final-norm
     output the LM head reads (transformers' ``hidden_states`` convention). ``k``/``v`` (capacity C ≥ S) are written
-    in place at ``slots``; attention reads slots [0, S).
+    in place at ``slots``; attention reads slots [0, S). Everything between the GEMMs runs in the cache's dtype (fp32
+    for a bf16 model on the CPU: ``Engine.kv_dtype``), the residual stream included; a GEMM's input alone is cast to
+    the model's dtype, and the hidden states come back in it.
     """
 
     def __init__(self, shape: Shape, rotary: torch.nn.Module):
@@ -244,49 +245,80 @@ class LlamaStack(torch.nn.Module):
         if self.packed is not None and self._versions() != self._packed_versions:
             self.prepack(self.four_bit)  # the weights were trained in place since they were packed
         b, q_len, _ = x.shape
-        attended = mask.shape[-1]  # S
+        dtype, work = x.dtype, k.dtype  # the model's dtype (GEMM inputs); the cache's, which everything else runs in
+        x = x.to(work)  # the residual stream
         cos, sin = self.rotary(x, positions)  # [B, Q, D] each
-        cos, sin = cos[:, None], sin[:, None]  # [B, 1, Q, D]
+        cos, sin = cos[:, None], _signed(sin[:, None])  # [B, 1, Q, D]
+        scores = _scores_mask(mask.to(work), s.n_kv_heads, s.n_heads // s.n_kv_heads)  # [B·Hkv, g·Q, S]
+        attn_norm, mlp_norm, norm = self._norms(work)
         states = [x]
         for i in range(s.n_layers):
-            h = rms_norm(x, self.attn_norm[i], s.eps)
-            qkv = self._linear(h, "wqkv", i, self.bqkv[i] if len(self.bqkv) else None)  # [B, Q, (Hq+2Hkv)·D]
-            q, key, val = qkv.split([s.q_width, s.kv_width, s.kv_width], dim=-1)
-            q = q.view(b, q_len, s.n_heads, s.head_dim)  # [B, Q, Hq, D]
-            key = key.view(b, q_len, s.n_kv_heads, s.head_dim)  # [B, Q, Hkv, D]
+            h = F.rms_norm(x, x.shape[-1:], attn_norm[i], s.eps).to(dtype)
+            qkv = self._linear(h, "wqkv", i, self.bqkv[i] if len(self.bqkv) else None).to(work)  # [B, Q, (Hq+2Hkv)·D]
             if s.qk_norm:
-                q, key = rms_norm(q, self.q_norm[i], s.eps), rms_norm(key, self.k_norm[i], s.eps)
-            q = rope(q.transpose(1, 2), cos, sin)  # [B, Hq, Q, D]
-            key = rope(key.transpose(1, 2), cos, sin)  # [B, Hkv, Q, D]
-            val = val.view(b, q_len, s.n_kv_heads, s.head_dim).transpose(1, 2)  # [B, Hkv, Q, D]
-            k[i].index_copy_(2, slots, key.to(k.dtype))  # the columns' entries, written by slot
-            v[i].index_copy_(2, slots, val.to(v.dtype))
-            att = attention(q, k[i, :, :, :attended], v[i, :, :, :attended], mask)  # [B, Q, Hq·D]
-            x = x + self._linear(att, "wo", i)
-            h = rms_norm(x, self.mlp_norm[i], s.eps)
+                q, key, val = qkv.split([s.q_width, s.kv_width, s.kv_width], dim=-1)
+                q = rms_norm(q.view(b, q_len, s.n_heads, s.head_dim), self.q_norm[i], s.eps)
+                key = rms_norm(key.view(b, q_len, s.n_kv_heads, s.head_dim), self.k_norm[i], s.eps)
+                qk = torch.cat([q, key], dim=2)  # [B, Q, Hq+Hkv, D]
+            else:
+                qk = qkv[..., :s.q_width + s.kv_width].view(b, q_len, s.n_heads + s.n_kv_heads, s.head_dim)
+            qk = rope(qk.transpose(1, 2), cos, sin)  # [B, Hq+Hkv, Q, D]: q and k rotated in one go
+            val = qkv[..., s.q_width + s.kv_width:].view(b, q_len, s.n_kv_heads, s.head_dim).transpose(1, 2)
+            k[i].index_copy_(2, slots, qk[:, s.n_heads:])  # the columns' entries, written by slot
+            v[i].index_copy_(2, slots, val)
+            attended = scores.shape[-1]  # S
+            att = attention(qk[:, :s.n_heads], k[i, :, :, :attended], v[i, :, :, :attended], scores)  # [B, Q, Hq·D]
+            x = x + self._linear(att.to(dtype), "wo", i)
+            h = F.rms_norm(x, x.shape[-1:], mlp_norm[i], s.eps).to(dtype)
             gate, up = self._linear(h, "w_gate_up", i).chunk(2, dim=-1)  # [B, Q, I] each
             x = x + self._linear(F.silu(gate) * up, "w_down", i)
             states.append(x)
-        states[-1] = rms_norm(x, self.norm, s.eps)
-        return torch.stack(states)  # [L+1, B, Q, H]
+        states[-1] = F.rms_norm(x, x.shape[-1:], norm, s.eps)
+        return torch.stack(states).to(dtype)  # [L+1, B, Q, H]
+
+    def _norms(self, dtype: torch.dtype) -> tuple[list[torch.Tensor], list[torch.Tensor], torch.Tensor]:
+        """The RMSNorm weights (attention's, the MLP's per layer, the final one) in ``dtype``, cast once and cast
+        again only when one of them changed (the model's own Parameters: an online draft trains them in place)."""
+        params = [*self.attn_norm, *self.mlp_norm, self.norm]
+        n = self.shape.n_layers
+        if torch.compiler.is_compiling():  # (the graph casts them, once, as constants)
+            cast = [p.to(dtype) for p in params]
+            return cast[:n], cast[n:2 * n], cast[-1]
+        key = (dtype, tuple(p._version for p in params), tuple(p.data_ptr() for p in params))
+        if getattr(self, "_norm_key", None) != key:
+            cast = [p.detach().to(dtype) for p in params]
+            self._norm_cast, self._norm_key = (cast[:n], cast[n:2 * n], cast[-1]), key
+        return self._norm_cast
+
+
+def _signed(sin: torch.Tensor) -> torch.Tensor:
+    """sin [..., D] with its first half negated, so that ``rope`` rotates by one roll instead of a cat of halves."""
+    half = sin.shape[-1] // 2
+    return torch.cat([-sin[..., :half], sin[..., half:]], dim=-1)
+
+
+def _scores_mask(mask: torch.Tensor, h_kv: int, g: int) -> torch.Tensor:
+    """The additive mask [B, 1, Q, S] as the attention scores' initial value [B·Hkv, g·Q, S] (built once a forward,
+    shared by every layer)."""
+    b, _, q_len, s = mask.shape
+    return mask.expand(b, h_kv * g, q_len, s).reshape(b * h_kv, g * q_len, s)
 
 
 def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-    """Grouped-query attention: q [B, Hq, Q, D], k/v [B, Hkv, S, D], mask [B, 1, Q, S] additive -> [B, Q, Hq·D].
+    """Grouped-query attention: q [B, Hq, Q, D], k/v [B, Hkv, S, D], mask [B·Hkv, g·Q, S] additive (``_scores_mask``)
+    -> [B, Q, Hq·D], all in the cache's dtype.
 
     Written out rather than through SDPA: the CPU flash kernel cost ~0.6 ms per call at Q = 1 (bf16, S = 256),
-    more than the layer's GEMMs; these two small batched products and a softmax (fp32, as transformers' eager
-    attention) fuse under inductor. The g = Hq/Hkv query heads of a group share their k/v without a copy."""
+    more than the layer's GEMMs. The scale and the mask go into one ``baddbmm``; the g = Hq/Hkv query heads of a
+    group share their k/v without a copy."""
     b, h_q, q_len, d = q.shape
-    h_kv = k.shape[1]
+    h_kv, s = k.shape[1], k.shape[2]
     g = h_q // h_kv
-    dtype = q.dtype
-    q = q.to(k.dtype)  # (an fp32 cache: ``Engine.kv_dtype``)
-    scores = q.reshape(b, h_kv, g * q_len, d) @ k.transpose(-1, -2) * d ** -0.5  # [B, Hkv, g·Q, S]
-    scores = scores.view(b, h_kv, g, q_len, -1).float() + mask[:, :, None].float()  # [B, Hkv, g, Q, S]
-    probs = scores.softmax(-1).to(k.dtype).view(b, h_kv, g * q_len, -1)
-    out = (probs @ v).view(b, h_q, q_len, d)  # [B, Hq, Q, D]
-    return out.transpose(1, 2).reshape(b, q_len, h_q * d).to(dtype)
+    q = q.reshape(b * h_kv, g * q_len, d)
+    scores = torch.baddbmm(mask, q, k.reshape(b * h_kv, s, d).transpose(1, 2), alpha=d ** -0.5)  # [B·Hkv, g·Q, S]
+    probs = scores.softmax(-1, dtype=torch.float32).to(v.dtype)  # (fp32, as transformers' eager attention)
+    out = torch.bmm(probs, v.reshape(b * h_kv, s, d))  # [B·Hkv, g·Q, D]
+    return out.view(b, h_q, q_len, d).transpose(1, 2).reshape(b, q_len, h_q * d)
 
 
 def _fuse(linears: list[torch.nn.Linear], attr: str = "weight") -> torch.nn.Parameter:
