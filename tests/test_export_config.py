@@ -330,7 +330,7 @@ def test_from_a_result_errors(tmp_path):
     with pytest.raises(ValueError, match="hold no step"):
         ec.run_from_result(folder, "prompt-lookup:gauto", "vllm")
     (tmp_path / "bad.jsonl").write_text('{"method": "ar", "config": {}}\nnot json\n')
-    with pytest.raises(ValueError, match="line 2 is not JSON"):
+    with pytest.raises(ValueError, match="bad.jsonl:2: invalid JSON"):
         ec.run_from_result(tmp_path / "bad.jsonl")
     (tmp_path / "empty").mkdir()
     with pytest.raises(ValueError, match="no records.jsonl"):

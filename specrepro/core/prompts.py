@@ -142,7 +142,7 @@ def _load_suite_file(name: str) -> list[Prompt]:
     resource = resources.files("specrepro").joinpath("suites", f"{name}.jsonl")
     source = f"specrepro/suites/{name}.jsonl"
     return [_suite_record(obj, name, f"{source}:{lineno}")
-            for lineno, obj in _iter_jsonl(resource.read_text(encoding="utf-8"), source)]
+            for lineno, obj in iter_jsonl(resource.read_text(encoding="utf-8"), source)]
 
 
 def _suite_record(obj: dict[str, Any], suite: str, where: str) -> Prompt:
@@ -162,7 +162,7 @@ def _load_humaneval() -> list[Prompt]:
         text = f.read()
     return [Prompt(id=task["task_id"], prompt=task["prompt"], messages=(("user", task["prompt"]),),
                    suite="humaneval", extra={"entry_point": task["entry_point"]})
-            for _, task in _iter_jsonl(text, "HumanEval.jsonl.gz")]
+            for _, task in iter_jsonl(text, "HumanEval.jsonl.gz")]
 
 
 def _humaneval_data() -> bytes:
@@ -196,7 +196,7 @@ def load_prompts_file(path: str | Path) -> list[Prompt]:
     """
     path = Path(path)
     prompts = []
-    for lineno, obj in _iter_jsonl(read_utf8(path), str(path)):
+    for lineno, obj in iter_jsonl(read_utf8(path), str(path)):
         text = obj.get("prompt")
         if text is None:
             raise ValueError(f"{path}:{lineno}: missing \"prompt\"")
@@ -304,14 +304,14 @@ def _read_records(path: Path) -> list[Any]:
     if kind == ".csv":
         return list(csv.DictReader(io.StringIO(text)))
     if kind in (".jsonl", ".ndjson"):
-        return [obj for _, obj in _iter_jsonl(text, str(path), objects_only=False)]
+        return [obj for _, obj in iter_jsonl(text, str(path), objects_only=False)]
     if kind == ".json":
         try:
             data = json.loads(text)
         except json.JSONDecodeError as exc:
             if exc.msg != "Extra data":  # more than one value: JSON Lines under a .json name
                 raise ValueError(f"{path}: invalid JSON at line {exc.lineno}: {exc.msg}") from exc
-            return [obj for _, obj in _iter_jsonl(text, str(path), objects_only=False)]
+            return [obj for _, obj in iter_jsonl(text, str(path), objects_only=False)]
         if isinstance(data, dict):  # {"data": [...]} wrapper, or a one-record JSON Lines file
             wrapped = [data[k] for k in _WRAPPER_KEYS if isinstance(data.get(k), list)]
             data = wrapped[0] if wrapped else [data]
@@ -453,8 +453,9 @@ def read_utf8(path: Path) -> str:
         raise ValueError(f"{path}:{line}: not UTF-8 text (byte 0x{raw[err.start]:02x})") from None
 
 
-def _iter_jsonl(text: str, source: str, objects_only: bool = True) -> Iterator[tuple[int, Any]]:
-    """Yield ``(line number, value)`` for each non-blank line; errors name ``source:line``."""
+def iter_jsonl(text: str, source: str, objects_only: bool = True) -> Iterator[tuple[int, Any]]:
+    """Yield ``(line number, value)`` for each non-blank line; errors name ``source:line``. The one JSON-lines
+    reader of the package (the suites, HumanEval, prompt files, and ``export-config --from``'s records)."""
     for lineno, line in enumerate(text.splitlines(), start=1):
         if not line.strip():
             continue

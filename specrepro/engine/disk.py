@@ -13,6 +13,11 @@ def cache_root() -> Path:
     return Path(os.environ.get("SPECREPRO_CACHE", "~/.cache/specrepro")).expanduser()
 
 
+def profiles_dir() -> Path:
+    """Where ``calibrate`` caches device profiles (``$SPECREPRO_CACHE/profiles``)."""
+    return cache_root() / "profiles"
+
+
 def inductor_cache() -> Path:
     """Point inductor's on-disk cache (compiled graphs, autotuning) at ``$SPECREPRO_CACHE/inductor``, unless the user
     set ``TORCHINDUCTOR_CACHE_DIR``: compilation is paid once per machine, model, dtype and shape bucket."""

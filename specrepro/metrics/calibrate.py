@@ -22,9 +22,10 @@ import torch
 from ..core.decoding import Clock, model_device
 from ..core.kvcache import CachedModel
 from ..core.provenance import git_revision
+from ..engine.disk import profiles_dir
 from .prefix import BatchedPrefix, batch_contexts
 from .profile import (DEFAULT_NS, DTYPE_NAMES, LONG_NS, N_MAX, Latency, Profile, ProfileKey, calibration_context,
-                      cpu_info, dtype_name, forward_timer, load_profile, profiles_dir, save_profile)
+                      cpu_info, dtype_name, forward_timer, load_profile, save_profile)
 
 
 def memory_bandwidth(device: torch.device, megabytes: int = 256, repeats: int = 5) -> float:

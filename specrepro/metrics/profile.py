@@ -420,11 +420,6 @@ def load_profile(path: str | Path, key: ProfileKey | None = None) -> Profile:
     return profile
 
 
-def profiles_dir() -> Path:
-    from ..engine.disk import cache_root
-    return cache_root() / "profiles"
-
-
 # ---------------------------------------------------------------------------------------- measuring
 
 

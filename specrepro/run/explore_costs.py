@@ -18,7 +18,7 @@ import numpy as np
 
 import simulations as sim
 
-from .cache import cache_root
+from ..engine.disk import profiles_dir
 
 
 @dataclass(frozen=True)
@@ -63,11 +63,6 @@ class DeviceCosts:
     dtype: str
     beta: sim.BetaCurve
     c: float | None  # None: a profile without a draft model
-
-
-def profiles_dir() -> Path:
-    """Where ``calibrate`` caches device profiles (``$SPECREPRO_CACHE/profiles``)."""
-    return cache_root() / "profiles"
 
 
 def device_profiles(folder: Path | None = None) -> dict[str, Path]:

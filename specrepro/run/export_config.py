@@ -46,6 +46,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..core.cli import check_writable, positive_int
+from ..core.prompts import iter_jsonl
 from ..core.config import MethodParams
 from ..methods import Method, check_parameters_taken, method, parameter_fields
 
@@ -183,15 +184,10 @@ def read_result(path: str | Path) -> tuple[list[dict], Path]:
     if not path.is_file():
         raise ValueError(f"--from {path}: no such file or folder")
     text = path.read_text()
-    lines = [text] if path.suffix == ".json" else text.splitlines()
+    if path.suffix == ".json":
+        text = text.replace("\n", " ")  # one record, over several lines (JSON strings hold no raw newline)
     records = []
-    for n, line in enumerate(lines, start=1):
-        if not line.strip():
-            continue
-        try:
-            rec = json.loads(line)
-        except json.JSONDecodeError as err:
-            raise ValueError(f"--from {path}: line {n} is not JSON ({err.msg})") from None
+    for n, rec in iter_jsonl(text, f"--from {path}", objects_only=False):
         if not isinstance(rec, dict) or "method" not in rec or "config" not in rec:
             raise ValueError(f"--from {path}: line {n} is not a record of ours (no method and config)")
         records.append(rec)
