@@ -214,7 +214,7 @@ def begin_run(out: str | Path, cfg, module: str, command: list[str] | None = Non
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     torch.set_num_threads(cfg.threads)
-    command = command if command is not None else [sys.executable, "-m", module, *sys.argv[1:]]
+    command = command if command is not None else ["python", "-m", module, *sys.argv[1:]]  # (as one types it)
     atomic_write_text(out / "config.json", json.dumps({"command": command, **cfg.to_dict()}, indent=1) + "\n")
     return Run(out, command, cfg, provenance if provenance is not None else {"git_revision": git_revision()},
                PhaseTimer())

@@ -400,7 +400,7 @@ def remeasure(out: str | Path, data: str | Path | None = None, device: str | tor
     record["held_out_topk_accuracy"] = {f"distance_{d + 1}": [round(float(x), 4) for x in acc[d]]
                                         for d in range(cfg.prompt_tokens)}
     record["data"]["val_anchors"] = n_anchors
-    record["remeasured"] = {"git_revision": git_revision(), "command": [sys.executable, "-m", "specrepro.training.ppd",
+    record["remeasured"] = {"git_revision": git_revision(), "command": ["python", "-m", "specrepro.training.ppd",
                                                                        *sys.argv[1:]]}
     config = dataclasses.replace(config, rank_probs=rank_probs)
     save_prompt_tokens(tokens, config, folder)

@@ -87,7 +87,7 @@ def run_ablations(out: str | Path, data: str | Path, names=tuple(ABLATIONS), ste
     if todo:
         local = executor.kind == "local"
         target = load_model(PPDTrainConfig().target, dtype="fp32", device=resolve_device(None)) if local else None
-        command = [sys.executable, "-m", "specrepro.training.ppd_ablations", *sys.argv[1:]]
+        command = ["python", "-m", "specrepro.training.ppd_ablations", *sys.argv[1:]]
         run_cells(functools.partial(train_row, out, data, target, command), todo,
                   executor if local else dataclasses.replace(executor, num_cpus=threads))
     return gather(out)
