@@ -51,3 +51,23 @@ def atomic_write_bytes(path: Path, data: bytes) -> Path:
     tmp.write_bytes(data)
     os.replace(tmp, path)
     return path
+
+
+def busy_cores(seconds: float = 0.5, stat: Path = Path("/proc/stat")) -> float | None:
+    """Cores the rest of the machine kept busy over the next ``seconds``, while this process sleeps: what a timing
+    started now would share the CPU with. The load average cannot tell that apart, since it still counts, for a
+    minute after, the work this process (or the notebook before it) did itself. None where ``/proc/stat`` is not."""
+    import time
+
+    def sample() -> tuple[int, int]:
+        fields = [int(x) for x in stat.read_text().split("\n", 1)[0].split()[1:]]  # the "cpu" line, in ticks
+        return sum(fields), fields[3] + (fields[4] if len(fields) > 4 else 0)  # total, idle + iowait
+
+    try:
+        total0, idle0 = sample()
+        time.sleep(seconds)
+        total1, idle1 = sample()
+    except (OSError, ValueError, IndexError):
+        return None
+    spent = total1 - total0
+    return 0.0 if spent <= 0 else (os.cpu_count() or 1) * (1 - (idle1 - idle0) / spent)

@@ -17,7 +17,7 @@ from typing import Sequence
 import torch
 
 from ..core.decoding import model_device
-from ..core.provenance import git_revision
+from ..core.provenance import busy_cores, git_revision
 from ..methods import Cost
 from ..metrics.calibrate import measure
 from ..metrics.profile import DEFAULT_NS, Profile, ProfileKey, cpu_info
@@ -46,20 +46,29 @@ def session_info(config: BenchConfig, device: torch.device) -> dict:
         "device": str(device), "device_name": _device_name(device),
         "cpu_kernel_flags": cpu_info()["kernel_flags"],  # what decides which bf16/fp16 kernels run
         "threads": torch.get_num_threads(),
-        # Other processes on the machine skew every timing; the 1/5/15-minute load says how busy it was.
+        # Other processes on the machine skew every timing: the cores they kept busy as the session started (this
+        # process asleep), and the 1/5/15-minute load (which also counts what this process did a minute before).
+        "busy_cores": busy_cores(),
         "load_average": list(os.getloadavg()) if hasattr(os, "getloadavg") else None,
         "seeds": [config.seed + r for r in range(config.repeats)],
     }
 
 
+BUSY_CORES = 0.5  # other processes' CPU use, in cores, from which a session's timings count as shared
+
+
 def warn_if_busy(session: dict) -> None:
-    """Say on stderr when the session's 1-minute load leaves the bench less than a free core."""
-    load, cores = session["load_average"], os.cpu_count() or 1
-    if load and load[0] > cores - 0.5:
+    """Say on stderr when other processes kept at least half a core busy as the session started (``busy_cores``;
+    where that could not be read, when the 1-minute load leaves the bench less than a free core)."""
+    cores, busy, load = os.cpu_count() or 1, session.get("busy_cores"), session["load_average"]
+    if busy is not None:
+        shared, what = busy >= BUSY_CORES, f"other processes kept {busy:.1f} of {cores} cores busy"
+    else:
+        shared, what = bool(load) and load[0] > cores - 0.5, f"load {load[0] if load else 0:.1f} on {cores} cores"
+    if shared:
         advice = ("; with several torch threads on a shared CPU every parallel region waits for descheduled "
                   "threads (consider --threads 1)" if torch.get_num_threads() > 1 else "")
-        print(f"specrepro bench: the machine is busy (load {load[0]:.1f} on {cores} cores): timings will be "
-              f"noisy{advice}", file=sys.stderr)
+        print(f"specrepro bench: the machine is busy ({what}): timings will be noisy{advice}", file=sys.stderr)
 
 
 def cost_context(prompts: Sequence[BenchPrompt], config: BenchConfig, context_length: int, n_max: int) -> list[int]:

@@ -111,7 +111,7 @@ def published_table2() -> list[dict]:
 
 def run_conditions(folders: Sequence[Path]) -> list[str]:
     """Lines describing each bench run kept under ``folders`` (a sweep's folder each, one run per sub-folder): the
-    machine load, threads, measured β and c and device of every session, and for T = 0 runs the records that
+    machine load (and the cores other processes kept busy as it started), threads, measured β and c and device of every session, and for T = 0 runs the records that
     differ from plain decoding."""
     lines = []
     for folder in folders:
@@ -119,8 +119,10 @@ def run_conditions(folders: Sequence[Path]) -> list[str]:
             prov = json.loads(path.read_text())
             for s in prov["sessions"]:
                 c = s["costs"]
+                busy = s.get("busy_cores")
                 lines.append(f"{path.parent.parent.name.split('-')[1]}/{path.parent.name}: load {s['load_average']}, "
-                             f"threads {s['threads']}, β {c['beta']:.2f}, "
+                             + ("" if busy is None else f"others' busy cores {busy:.2f}, ")
+                             + f"threads {s['threads']}, β {c['beta']:.2f}, "
                              f"c {c['c'] if c['c'] is None else round(c['c'], 3)}, {s['device_name']}")
             if "T0" in path.parent.name:
                 mismatches = prov.get("t0_mismatches", [])
