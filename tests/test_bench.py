@@ -201,6 +201,13 @@ def test_hf_assisted_runs_a_reduced_vocabulary_draft(tmp_path, bench_pair, bench
     ids = torch.tensor([PROMPTS[0].ids])  # [1, T]
     assert assistant.config.vocab_size == 32 and reduced.config.vocab_size == 17  # 16 kept + "other"
     assert torch.equal(assistant(input_ids=ids).logits, reduced(input_ids=ids).logits)
+    # generate hands the draft its KV cache as ``cache``: the newest token, after the cached rest, scores as in
+    # one forward over all of them (ignoring it would score the newest token without its context)
+    from transformers import DynamicCache
+    cache, kept = DynamicCache(config=reduced.config), torch.tensor([[2, 8, 4, 6, 10, 4]])  # ids the draft keeps
+    assistant(input_ids=kept[:, :-1], cache=cache, use_cache=True)
+    torch.testing.assert_close(assistant(input_ids=kept[:, -1:], cache=cache, use_cache=True).logits[0, -1],
+                               reduced(input_ids=kept).logits[0, -1])
     cfg = config(bench_table_path, methods=("ar", "speculative", "hf-assisted"), repeats=1)
     result = run_bench(cfg, tmp_path, target=target, draft=LoadedModel("reduced", reduced, None),
                        prompts=PROMPTS, progress=False)

@@ -109,7 +109,7 @@ def test_chain_causal_path_equals_tree_mask_path(target, monkeypatch):
 def cached_keys_match_fresh_prefill(model, cm: CachedModel) -> None:
     fresh = DynamicCache(config=model.config)
     with torch.inference_mode():
-        model(torch.tensor([cm.ids]), past_key_values=fresh, use_cache=True)
+        model(torch.tensor([cm.ids]), cache=fresh, use_cache=True)
     for (keys, values), ref in zip(cm.layer_entries(), fresh.layers):
         torch.testing.assert_close(keys, ref.keys, atol=ATOL, rtol=RTOL)
         torch.testing.assert_close(values, ref.values, atol=ATOL, rtol=RTOL)
@@ -280,7 +280,7 @@ def test_drop_last_is_the_one_suffix_crop(target):
     ``crop(0)`` would empty it)."""
     cache = DynamicCache(config=target.config)
     with torch.inference_mode():
-        target(input_ids=torch.tensor([PROMPT]), past_key_values=cache, use_cache=True)
+        target(input_ids=torch.tensor([PROMPT]), cache=cache, use_cache=True)
     drop_last(cache, 0)
     assert cache.get_seq_length() == len(PROMPT)
     drop_last(cache, 2)

@@ -130,7 +130,7 @@ class BatchCache:
             mask = torch.zeros(allowed.shape, dtype=self.dtype).masked_fill_(~allowed, torch.finfo(self.dtype).min)
             with torch.inference_mode():
                 out = self.model(input_ids=input_ids.to(self.device), attention_mask=mask[:, None].to(self.device),
-                                 position_ids=positions.to(self.device), past_key_values=self.cache, use_cache=True,
+                                 position_ids=positions.to(self.device), cache=self.cache, use_cache=True,
                                  logits_to_keep=n + 1, output_hidden_states=output_hidden)
             logits = out.logits[:, -(n + 1):]  # [B, N+1, V] (a model that ignores logits_to_keep returns all Q rows)
             # transformers 5 ties hidden_states[-1] to the final-norm output the LM head reads (as CachedModel does)

@@ -148,7 +148,7 @@ class CachedModel:
         else:
             tokens = torch.tensor([new], dtype=torch.long, device=self.device)  # [1, n_new]
             with torch.inference_mode():
-                logits = self.model(input_ids=tokens, past_key_values=self.cache, use_cache=True,
+                logits = self.model(input_ids=tokens, cache=self.cache, use_cache=True,
                                     logits_to_keep=n_last).logits[0]  # [n_last, V]
         self.ids.extend(new)
         return logits
@@ -232,7 +232,7 @@ class CachedModel:
         else:
             inputs, keep_rows = {"input_ids": new}, n + 1
         with torch.inference_mode():
-            out = self.model(**inputs, attention_mask=mask, position_ids=position_ids, past_key_values=self.cache,
+            out = self.model(**inputs, attention_mask=mask, position_ids=position_ids, cache=self.cache,
                              use_cache=True, logits_to_keep=keep_rows, output_hidden_states=output_hidden)
         # transformers 5 ties hidden_states[-1] to last_hidden_state, the final-norm output the LM head reads.
         states = [out.hidden_states[i][0] for i in hidden_layers] if output_hidden else None
@@ -375,7 +375,7 @@ class BeamCache:
         device = self.lm.device
         with torch.inference_mode():
             self.cache.reorder_cache(parents.to(device))  # [1 or B', H, S, D] -> [B, H, S, D]
-            out = self.lm.model(input_ids=tokens.to(device)[:, None], past_key_values=self.cache, use_cache=True,
+            out = self.lm.model(input_ids=tokens.to(device)[:, None], cache=self.cache, use_cache=True,
                                 logits_to_keep=1)  # input [B, 1]
         self.num_beams, self.steps = parents.numel(), self.steps + 1
         return out.logits[:, -1]  # [B, V]

@@ -6,7 +6,7 @@ ones in target-generated text). Every id outside the kept set gets logit −inf,
 verification loop uses q as given, so speculative sampling stays exact (a kept-set q is just another q).
 Input ids outside the kept set share one "other" embedding (row N of the embedding table).
 
-The wrapper answers what the engine asks of a model: ``forward(input_ids, past_key_values, use_cache)``
+The wrapper answers what the engine asks of a model: ``forward(input_ids, cache, use_cache)``
 returning ``.logits`` [B, T, V] over the target's full vocabulary, ``.config`` (the inner Llama config, which
 ``DynamicCache(config=...)`` reads for its layer count), ``parameters()``, and ``output_vocab_size`` (V, for
 ``LoadedModel.vocab_size`` / ``check_pair``).
@@ -51,20 +51,21 @@ class ReducedVocabDraft(torch.nn.Module):
         return self.model, self.model.embed_tokens.weight[: self.n_kept], self.token_map, self.kept_ids, \
             self.output_vocab_size
 
-    def reduced_logits(self, input_ids: torch.Tensor, past_key_values=None, use_cache: bool | None = None,
+    def reduced_logits(self, input_ids: torch.Tensor, cache=None, use_cache: bool | None = None,
                        attention_mask: torch.Tensor | None = None) -> tuple[torch.Tensor, object]:
         """Logits over the kept ids only: [B, T, N] (the training loss reads these), and the cache."""
-        out = self.model(input_ids=self.token_map[input_ids], past_key_values=past_key_values,
+        out = self.model(input_ids=self.token_map[input_ids], cache=cache,
                          use_cache=use_cache, attention_mask=attention_mask)
         head = self.model.embed_tokens.weight[: self.n_kept]  # tied head, without the "other" row  # [N, H]
-        return torch.nn.functional.linear(out.last_hidden_state, head), out.past_key_values  # [B, T, N]
+        return torch.nn.functional.linear(out.last_hidden_state, head), out.cache  # [B, T, N]
 
-    def forward(self, input_ids: torch.Tensor, past_key_values=None, use_cache: bool | None = None,
+    def forward(self, input_ids: torch.Tensor, cache=None, use_cache: bool | None = None,
                 attention_mask: torch.Tensor | None = None, **_) -> CausalLMOutputWithPast:
-        z, cache = self.reduced_logits(input_ids, past_key_values, use_cache, attention_mask)  # [B, T, N]
+        """transformers' causal-LM forward (its ``generate`` passes the KV cache as ``cache``)."""
+        z, cache = self.reduced_logits(input_ids, cache, use_cache, attention_mask)  # [B, T, N]
         logits = z.new_full((*z.shape[:-1], self.output_vocab_size), float("-inf"))  # [B, T, V]
         logits.index_copy_(-1, self.kept_ids, z)
-        return CausalLMOutputWithPast(logits=logits, past_key_values=cache)
+        return CausalLMOutputWithPast(logits=logits, cache=cache)
 
 
 def draft_from_target(target: torch.nn.Module, kept_ids: torch.Tensor, n_layers: int,

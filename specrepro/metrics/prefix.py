@@ -41,7 +41,7 @@ class BatchedPrefix:
         self.batch, self.prefix_len = contexts.shape
         self.cache = DynamicCache(config=model.config)
         with torch.inference_mode():
-            model(input_ids=contexts.to(self.device), past_key_values=self.cache, use_cache=True,
+            model(input_ids=contexts.to(self.device), cache=self.cache, use_cache=True,
                   logits_to_keep=1)  # input [B, L]; only the cache is kept
 
     def forward(self, new: torch.Tensor) -> torch.Tensor:
@@ -49,6 +49,6 @@ class BatchedPrefix:
         if new.dim() != 2 or new.shape[0] != self.batch or new.shape[1] < 1:
             raise ValueError(f"new tokens must be [{self.batch}, n] with n >= 1, got {tuple(new.shape)}")
         with torch.inference_mode():
-            out = self.model(input_ids=new.to(self.device), past_key_values=self.cache, use_cache=True)
+            out = self.model(input_ids=new.to(self.device), cache=self.cache, use_cache=True)
         drop_last(self.cache, new.shape[1])  # back to the L-token prefix
         return out.logits  # [B, n, V]

@@ -62,11 +62,13 @@ class ReducedVocabAssistant(LlamaPreTrainedModel, GenerationMixin):
         super().__init__(config)
         self.draft = draft
 
-    def forward(self, input_ids: torch.Tensor, past_key_values=None, use_cache: bool | None = None,
+    def forward(self, input_ids: torch.Tensor, cache=None, use_cache: bool | None = None,
                 attention_mask: torch.Tensor | None = None, **_):
         # position_ids and cache_position are not needed at batch size 1 without padding: the Llama
         # layers count positions from the cache length, as in our loop.
-        return self.draft(input_ids=input_ids, past_key_values=past_key_values, use_cache=use_cache,
+        # generate hands the draft's KV cache over as ``cache`` (a ``past_key_values`` parameter would leave it in
+        # ``**_`` and run every draft step on its newest token alone).
+        return self.draft(input_ids=input_ids, cache=cache, use_cache=use_cache,
                           attention_mask=attention_mask)
 
 

@@ -139,7 +139,7 @@ class FullVocabStudent(torch.nn.Module):
         vocab = lm.get_output_embeddings().weight.shape[0]
         self.register_buffer("token_map", torch.arange(vocab, device=model_device(lm)), persistent=False)
 
-    def reduced_logits(self, input_ids: torch.Tensor, past_key_values=None, use_cache: bool | None = None,
+    def reduced_logits(self, input_ids: torch.Tensor, cache=None, use_cache: bool | None = None,
                        attention_mask: torch.Tensor | None = None) -> tuple[torch.Tensor, None]:
         return self.lm(input_ids=input_ids, attention_mask=attention_mask, use_cache=False).logits, None  # [B, T, V]
 

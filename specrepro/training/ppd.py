@@ -141,7 +141,7 @@ def run_prefix(model: torch.nn.Module, ex: Example, cfg: PPDTrainConfig) -> Pref
     tokens = ex.tokens[: cfg.max_len]
     cache = DynamicCache(config=model.config)
     with torch.no_grad():  # tokens and the index tensors stay on the CPU; the logits are on the model's device
-        logits = model(input_ids=tokens[None].to(model_device(model)), past_key_values=cache,
+        logits = model(input_ids=tokens[None].to(model_device(model)), cache=cache,
                        use_cache=True).logits[0].float()  # [L, V]
     rows = ex.has_row[: cfg.max_len]
     t = torch.arange(max(0, tokens.numel() - 2))
@@ -193,7 +193,7 @@ def student_logits(model: torch.nn.Module, student: Student, prefix: Prefix, anc
         mask = prefix_mask(mask, n_cached, cfg)
         added += m
     custom = student.head is not None
-    out = model(inputs_embeds=embeds, attention_mask=mask, position_ids=positions, past_key_values=prefix.cache,
+    out = model(inputs_embeds=embeds, attention_mask=mask, position_ids=positions, cache=prefix.cache,
                 use_cache=True, output_hidden_states=cfg.exits > 1 or custom,
                 logits_to_keep=1 if cfg.exits > 1 or custom else 0)
     drop_last(prefix.cache, added)  # the prompt nodes' (and prefixes') entries: the next forward sees x alone again
