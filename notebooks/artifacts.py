@@ -321,18 +321,15 @@ def _timing_lines(path: Path) -> list[str]:
     box = last.get("machine", {})
     lines = ["", "## Run times", "",
              f"Last `run_notebooks.py` call: profile {last.get('profile')}, {last.get('jobs')} notebook(s) at a time "
-             f"with {last.get('threads_per_notebook')} thread(s) each"
-             + (", the timed ones alone on every core (`run_notebooks.TIMED`)"
-                if any(r.get("alone") for r in timings.get("runs", {}).values()) else "") + ", wall time "
+             f"with {last.get('threads_per_notebook')} thread(s) each, wall time "
              f"{last.get('wall_s', 0) / 60:.1f} min, started {last.get('started_utc')} on {box.get('cpu')} "
              f"({box.get('cores')} cores{', GPU ' + box['gpu'] if box.get('gpu') else ''}).",
              "", "| notebook run | profile | wall time (min) | threads | notebooks at a time | machine | finished (UTC) |",
              "|---|---|---|---|---|---|---|"]
     for name, run in timings.get("runs", {}).items():
         where = run.get("cpu") + (f", GPU {run['gpu']}" if run.get("gpu") else "")
-        at_once = 1 if run.get("alone") else run.get("jobs")  # a timed run had the machine to itself
         lines.append(f"| `{name}` | {run.get('profile')} | {run['wall_s'] / 60:.1f} | {run.get('threads')} | "
-                     f"{at_once} | {_md(where)} | {run.get('finished_utc')} |")
+                     f"{run.get('jobs')} | {_md(where)} | {run.get('finished_utc')} |")
     calls = timings.get("calls", [])
     if calls:
         lines += ["", "Every `run_notebooks.py` call recorded here, newest first (a call that found its work in the run "
