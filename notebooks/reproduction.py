@@ -32,8 +32,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from claims import CLAIMS
-from claims.base import (NO_RESULT, NOT_COMPARABLE, NOT_REPRODUCED, REPRODUCED, VERDICTS, Artifact, Claim, Exact,
-                         Interval, MachineSpecific, Outcome, Row, Tables, Unreadable)
+from claims.base import (FROM_NOTEBOOK, NO_RESULT, NOT_COMPARABLE, NOT_REPRODUCED, REPRODUCED, UNDECIDED, VERDICTS,
+                         Artifact, Claim, Exact, Interval, MachineSpecific, Outcome, Row, Tables, Unreadable, decided)
 
 ROOT = Path(__file__).resolve().parents[1]
 SEEDS = ROOT.parent / "shared" / "seeds"  # the founding documents sit beside the clone, as in CI
@@ -162,6 +162,23 @@ def _names(paths: list[str], keep_suffix: bool = False) -> list[str]:
             for p, s in zip(paths, short)]
 
 
+def judge(claim: Claim, run: Tables) -> Outcome:
+    """``claim``'s outcome on ``run``; never raises. A row decided by the notebooks' claims (``decided_by``) cannot
+    disagree with ``VERDICTS.md``: a judge that returns another verdict gives no result, saying so."""
+    try:
+        outcome = claim.judge(run)
+        if claim.decided_by and outcome.verdict != NO_RESULT:
+            theirs = FROM_NOTEBOOK[decided(run, *claim.decided_by).verdict]
+            if outcome.verdict != theirs:
+                return Outcome(outcome.ours, NO_RESULT, f"the judge says {outcome.verdict!r} where VERDICTS.md's "
+                                                        f"{', '.join(claim.decided_by)} say {theirs!r}")
+        return outcome
+    except Unreadable as error:
+        return Outcome("—", NO_RESULT, str(error))
+    except Exception as error:  # a run's odd CSV must never stop the report: say what failed instead
+        return Outcome("—", NO_RESULT, f"could not read: {type(error).__name__}: {error}")
+
+
 def evaluate(figures: Path, committed: Path | None) -> list[ReportRow]:
     """Every claim judged on ``figures`` and compared with ``committed``; never raises for one bad artifact."""
     run = Tables(figures)
@@ -180,12 +197,7 @@ def evaluate(figures: Path, committed: Path | None) -> list[ReportRow]:
 
     rows = []
     for claim in CLAIMS:
-        try:
-            outcome = claim.judge(run)
-        except Unreadable as error:
-            outcome = Outcome("—", NO_RESULT, str(error))
-        except Exception as error:  # a run's odd CSV must never stop the report: say what failed instead
-            outcome = Outcome("—", NO_RESULT, f"could not read: {type(error).__name__}: {error}")
+        outcome = judge(claim, run)
         movements = []
         for artifact, name in zip(claim.artifacts, _names([a.csv for a in claim.artifacts])):
             reason = other_profile(artifact.csv)
@@ -322,7 +334,10 @@ GUIDE = """\
   7B–137B models on GPUs and TPUs, so measured rows test the claim's direction and report its size.
 - **Verdict**: *reproduced* or *not reproduced* by the criterion written in the row, with the measured reason.
   Theory rows recompute the document's formula here, or match its printed value to the last digit; measured rows
-  ask whether the claim's direction holds, within the interval where the CSV carries one. *Not comparable*: the
+  ask whether the claim's direction holds, within the interval where the CSV carries one. A row whose criterion
+  says "decided by" takes its verdict from those claims in `VERDICTS.md` (holds → reproduced, fails → not
+  reproduced), the one place they are decided. *Undecided, n too small*: the measurement cannot tell (its interval
+  straddles the criterion, fewer than 5 prompts, too few sizes, or no interval at all). *Not comparable*: the
   document prints nothing to compare, or describes other data. *No result*: this run did not write a CSV the row
   reads, or wrote it with other columns or rows.
 - **vs committed**: *exact* tolerances (simulations; fp32 measurements that carry no interval) call any changed
@@ -344,7 +359,7 @@ def _header(rows: list[ReportRow], figures: Path, committed: Path | None) -> lis
         "row per item of the catalogue in `shared/seeds/README.md` (\"Every figure and table to regenerate\").",
         "",
         f"**{len(rows)} items: {verdicts[REPRODUCED]} reproduced · {verdicts[NOT_REPRODUCED]} not reproduced · "
-        f"{verdicts[NOT_COMPARABLE]} not comparable{no_result}.**",
+        f"{verdicts[UNDECIDED]} undecided, n too small · {verdicts[NOT_COMPARABLE]} not comparable{no_result}.**",
         "",
         f"**Against the committed copy: {movements[MOVED]} moved · {movements[UNCHANGED]} unchanged · "
         f"{movements[NEW]} new · {movements[MACHINE]} machine-specific only · {movements[NOT_COMPARED]} not "
@@ -421,6 +436,52 @@ def write_reproduction(figures: Path, committed: Path | None, out: Path | None =
         text += "\n" + "\n".join(staleness_lines(staleness(figures, executed, ROOT)))
     out.write_text(text)
     return out
+
+
+VERDICTS_NAME = "VERDICTS.md"
+
+
+def rows_decided_by(claims=CLAIMS) -> dict[str, list[str]]:
+    """Notebook claim id -> the catalogue rows (``document: item``) whose verdict it decides."""
+    found: dict[str, list[str]] = {}
+    for c in claims:
+        for claim_id in c.decided_by:
+            found.setdefault(claim_id, []).append(f"{c.document}: {c.item}")
+    return found
+
+
+def render_verdicts(rows: list[dict], decides: dict[str, list[str]]) -> str:
+    """``VERDICTS.md``'s Markdown: one row per notebook claim, with its rule and the report rows it decides."""
+    from specrepro.metrics.verdict import MIN_PROMPTS
+
+    counts = {v: sum(r["verdict"] == v for r in rows) for v in FROM_NOTEBOOK}
+    lines = ["# Verdicts: one per claim", "",
+             f"Written by `notebooks/reproduction.py` from each notebook's `verdicts.csv` at the end of every `make "
+             f"figures` run; do not edit by hand. Each claim is decided in one notebook (`specrepro/metrics/verdict.py`)"
+             f", by where the 95% paired-bootstrap interval of its statistic lies against the threshold: **holds** (the "
+             f"whole interval on the claimed side), **fails** (the whole interval on the other side), **undecided, n "
+             f"too small** (it straddles the threshold). A claim measured on fewer than {MIN_PROMPTS} prompts is "
+             f"undecided whatever its interval; a compound claim (\"holds if …\") is decided by its parts. The rule "
+             f"column says which applied. Where the last column names a row of `REPRODUCTION.md`, that row's verdict "
+             f"is this one (holds → reproduced, fails → not reproduced), never decided again.", ""]
+    lines += [", ".join(f"{n} {v}" for v, n in counts.items()) + f" ({len(rows)} claims).", "",
+              "| claim | statement | n | estimate | 95% interval | threshold | verdict | rule | decided in | "
+              "decides the report's row |", "|---|---|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        where = r["artifact"].replace(".csv", ".md")
+        lines.append(f"| `{r['claim']}` | {_md(r['statement'])} | {_md(r['n'])} | {r['estimate']} | "
+                     f"[{r['low']}, {r['high']}] | {r['threshold']} | **{r['verdict']}** | {_md(r['rule'])} | "
+                     f"[{where}]({where}) | {_md('; '.join(decides.get(r['claim'], [])) or '—')} |")
+    return "\n".join(lines) + "\n"
+
+
+def write_verdicts(figures: Path) -> Path:
+    """``<figures>/VERDICTS.md`` from the notebooks' ``verdicts.csv`` (a claim decided twice is a ValueError)."""
+    from artifacts import collect_verdicts
+
+    path = Path(figures) / VERDICTS_NAME
+    path.write_text(render_verdicts(collect_verdicts(figures), rows_decided_by()))
+    return path
 
 
 def committed_copy(repo_root: Path, dest: Path) -> Path | None:

@@ -57,7 +57,7 @@ HEARTBEAT_S = 60
 KEEP_CALLS = 10  # timings.json keeps this many past calls (each one's wall time and per-notebook times)
 
 sys.path[:0] = [str(NOTEBOOKS), str(ROOT)]
-from artifacts import STAGING_ENV, mark, swap_in, write_index, write_verdicts  # noqa: E402  (lives beside this script)
+from artifacts import STAGING_ENV, mark, swap_in, write_index  # noqa: E402  (lives beside this script)
 from specrepro.core.provenance import git_revision  # noqa: E402
 
 # Notebooks that also run with other parameters: stem -> {variant: parameters}. A variant's executed copy is
@@ -384,6 +384,8 @@ def finish(figures: Path, out: Path, executed: Path, done: dict[str, dict], setu
     record_timings(figures, done, setup)
     md, _ = write_index(figures)
     print(f"index: {md}", flush=True)
+    from reproduction import write_verdicts
+
     try:
         print(f"verdicts: {write_verdicts(figures)}", flush=True)
     except ValueError as error:  # a claim decided in two notebooks

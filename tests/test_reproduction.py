@@ -110,7 +110,8 @@ def test_report_on_committed_figures_has_every_item_and_counts_add_up(tmp_path):
     text = out.read_text()
     for _, item in rp.catalogue(README):
         assert item.replace("|", "\\|") in text, item
-    verdicts = re.search(r"\*\*(\d+) items: (\d+) reproduced · (\d+) not reproduced · (\d+) not comparable", text)
+    verdicts = re.search(r"\*\*(\d+) items: (\d+) reproduced · (\d+) not reproduced · (\d+) undecided, n too small · "
+                         r"(\d+) not comparable", text)
     total, *parts = map(int, verdicts.groups())
     assert total == len(rows) == sum(parts)
     moves = re.search(r"(\d+) moved · (\d+) unchanged · (\d+) new · (\d+) machine-specific only · (\d+) not "
@@ -242,3 +243,110 @@ def test_another_profile_than_the_committed_copy_is_not_compared(tmp_path):
     bound = row_for(rp.evaluate(run, committed), "the β bound example")
     assert bound.movement == rp.NOT_COMPARED
     assert "this run is profile smoke, the committed copy quick" in bound.movements[0].detail
+
+
+# --- One judge per claim: the report's rows decided by the notebooks' claims, and VERDICTS.md -----------------------
+
+def verdicts_table(text: str) -> dict[str, str]:
+    """VERDICTS.md's rows: claim id -> verdict."""
+    return {m.group(1): m.group(2) for m in re.finditer(r"^\| `([^`]+)` \|.*?\| \*\*([^*]+)\*\* \|", text, re.M)}
+
+
+def report_rows_decided_by(text: str) -> list[tuple[str, str, list[str]]]:
+    """REPRODUCTION.md's table rows whose criterion says "decided by": (item, verdict, claim ids)."""
+    found = []
+    for line in text.splitlines():
+        cells = line.split(" | ")
+        if not line.startswith("| ") or len(cells) < 5 or "decided by" not in line:
+            continue
+        verdict_cell = cells[3]
+        verdict = re.match(r"\*\*([^*]+)\*\*", verdict_cell).group(1)
+        criterion = verdict_cell.split("*criterion:*", 1)[1]
+        ids = re.findall(r"`([a-z_]+\.[\w.]+)`", criterion.split("decided by", 1)[1])
+        found.append((cells[0].split("<br>")[0].lstrip("| "), verdict, ids))
+    return found
+
+
+def together(verdicts: list[str]) -> str:
+    return "fails" if "fails" in verdicts else "holds" if set(verdicts) == {"holds"} else "undecided, n too small"
+
+
+@needs_figures
+def test_the_committed_reports_agree_claim_by_claim():
+    """The two committed views cannot disagree: every REPRODUCTION.md row decided by notebook claims carries the
+    verdict VERDICTS.md gives those claims (all together), and every claim a row names is in VERDICTS.md."""
+    report, verdicts = (FIGURES / "REPRODUCTION.md").read_text(), verdicts_table((FIGURES / "VERDICTS.md").read_text())
+    rows = report_rows_decided_by(report)
+    assert len(rows) >= 6 and len(verdicts) >= 10
+    for item, verdict, ids in rows:
+        assert ids and set(ids) <= set(verdicts), (item, ids)
+        assert verdict == rp.FROM_NOTEBOOK[together([verdicts[i] for i in ids])], (item, verdict, ids)
+    named = {i for c in claims.CLAIMS for i in c.decided_by}
+    assert named == {i for _, _, ids in rows for i in ids}  # every decided_by row is rendered as such
+
+
+@needs_figures
+def test_a_judge_that_disagrees_with_the_notebooks_verdict_gives_no_result(tmp_path):
+    run = copy_csvs(FIGURES, tmp_path / "run")
+    fig3 = row_for(rp.evaluate(run, None), "Fig. 3 accepted tokens per iteration")
+    assert fig3.outcome.verdict == rp.REPRODUCED  # the notebook: holds
+    rewrite(run / "mjsd_joint_decoding/verdicts.csv", lambda rows: [
+        r.update(verdict="fails") for r in rows if r["claim"] == "mjsd.accepted_per_iteration_over_speculative"])
+    assert row_for(rp.evaluate(run, None), "Fig. 3 accepted").outcome.verdict == rp.NOT_REPRODUCED
+    lying = claims.base.Claim(fig3.claim.document, fig3.claim.item, (), "", None, "x",
+                              lambda t: claims.base.Outcome("x", rp.REPRODUCED, "says so"),
+                              decided_by=fig3.claim.decided_by)
+    outcome = rp.judge(lying, claims.base.Tables(run))
+    assert outcome.verdict == rp.NO_RESULT and "VERDICTS.md" in outcome.reason
+
+
+@needs_figures
+def test_an_undecided_claim_is_undecided_in_the_report_with_the_notebooks_rule(tmp_path):
+    run = copy_csvs(FIGURES, tmp_path / "run")
+    rewrite(run / "online_speculative_stream/verdicts.csv", lambda rows: [
+        r.update(verdict="undecided, n too small", rule="fewer than 5 prompts: undecided whatever the interval")
+        for r in rows])
+    row = row_for(rp.evaluate(run, None), "online speculative decoding")
+    assert row.outcome.verdict == rp.UNDECIDED and "fewer than 5 prompts" in row.outcome.reason
+
+
+@needs_figures
+def test_verdicts_md_shows_each_rule_and_the_row_it_decides(tmp_path):
+    run = copy_csvs(FIGURES, tmp_path / "run")
+    text = rp.write_verdicts(run).read_text()
+    assert "| rule |" in text and "fewer than 5 prompts" in text
+    line = next(x for x in text.splitlines() if x.startswith("| `mentored.speedup_within_quality_noise`"))
+    assert "holds if both claims hold at some D" in line and "Mentored blog (001): speed vs task quality" in line
+
+
+@needs_figures
+def test_criteria_that_can_fail(tmp_path):
+    """Fig. 9 is judged on the document's numbers (above 5, below 2), β against batch size on 'near 1 at small
+    batch' and a rise, PPD's Table 1 on throughput as well as τ: each flips when its CSV says otherwise."""
+    run = copy_csvs(FIGURES, tmp_path / "run")
+    assert row_for(rp.evaluate(run, None), "Fig. 9 training loss").outcome.verdict == rp.NOT_REPRODUCED
+    rewrite(run / ppd.PPD_FIG9, lambda rows: rows[0].update(first_loss="5.4", last_50_mean="1.9"))
+    assert row_for(rp.evaluate(run, None), "Fig. 9 training loss").outcome.verdict == rp.REPRODUCED
+
+    def beta(values):
+        def change(rows):
+            for r in rows:
+                if r["gamma"] == "4":
+                    r["beta"] = str(values[r["batch_size"]])
+        return change
+    rewrite(run / survey_blog.BETA_BATCH, beta({"1": 1.1, "4": 1.3, "16": 2.0, "64": 3.5}))
+    assert row_for(rp.evaluate(run, None), "β measured against batch").outcome.verdict == rp.REPRODUCED
+    rewrite(run / survey_blog.BETA_BATCH, beta({"1": 2.3, "4": 1.9, "16": 3.1, "64": 4.6}))  # not near 1 at B = 1
+    assert row_for(rp.evaluate(run, None), "β measured against batch").outcome.verdict == rp.NOT_REPRODUCED
+    rewrite(run / survey_blog.BETA_BATCH, beta({"1": 1.1, "4": 0.9, "16": 0.8, "64": 1.2}))  # no rise
+    assert row_for(rp.evaluate(run, None), "β measured against batch").outcome.verdict == rp.NOT_REPRODUCED
+
+    def throughput(rows):
+        for r in rows:
+            if r["model"].startswith("smollm2") and r["method"].startswith("PPD"):
+                r["throughput_tok_s"] = "99"
+    table1 = row_for(rp.evaluate(run, None), "Table 1 throughput")
+    rewrite(run / ppd.PPD_T1, throughput)
+    faster = row_for(rp.evaluate(run, None), "Table 1 throughput")
+    assert table1.outcome.verdict == rp.NOT_REPRODUCED and "throughput" in table1.outcome.reason
+    assert faster.outcome.verdict == rp.REPRODUCED

@@ -25,9 +25,14 @@ from pathlib import Path
 from typing import Callable
 
 
-# Verdicts a judge gives.
-REPRODUCED, NOT_REPRODUCED, NOT_COMPARABLE, NO_RESULT = "reproduced", "not reproduced", "not comparable", "no result"
-VERDICTS = (REPRODUCED, NOT_REPRODUCED, NOT_COMPARABLE, NO_RESULT)
+# Verdicts a judge gives. UNDECIDED is ``specrepro.metrics.verdict``'s word: the measurement cannot tell (its interval
+# straddles the criterion, or too few prompts or sizes were measured); NOT_COMPARABLE is for a document that prints
+# nothing to compare, or describes other data.
+REPRODUCED, NOT_REPRODUCED, UNDECIDED = "reproduced", "not reproduced", "undecided, n too small"
+NOT_COMPARABLE, NO_RESULT = "not comparable", "no result"
+VERDICTS = (REPRODUCED, NOT_REPRODUCED, UNDECIDED, NOT_COMPARABLE, NO_RESULT)
+# The notebooks' verdicts (``figures/VERDICTS.md``) and the report's verdict each stands for.
+FROM_NOTEBOOK = {"holds": REPRODUCED, "fails": NOT_REPRODUCED, "undecided, n too small": UNDECIDED}
 
 FP32_NO_INTERVAL = "fp32 measurement with fixed seeds; the CSV carries no interval or count"
 
@@ -208,29 +213,49 @@ def judged(ok: bool, ours: str, yes: str, no: str, paper: str | None = None) -> 
     return Outcome(ours, REPRODUCED if ok else NOT_REPRODUCED, yes if ok else no, paper)
 
 
-def decided(t: Tables, notebook: str, *claims: str) -> tuple[str, str]:
-    """Read the verdicts a notebook wrote (``<notebook>/verdicts.csv``; the claim is decided there, once, and this
-    report does not decide it again): (the verdict of all of ``claims`` together, "claim: estimate [low, high]
-    verdict; ..."). Together: fails if any fails, holds if all hold, else undecided."""
-    rows = {r["claim"]: r for r in t.rows(f"{notebook}/verdicts.csv")}
+def judged_by_interval(holds: bool, fails: bool, ours: str, yes: str, no: str, open_: str,
+                       paper: str | None = None) -> Outcome:
+    """Reproduced when the interval lies on the claim's side, not reproduced when it lies on the other, else
+    undecided (``open_`` says why)."""
+    if holds:
+        return Outcome(ours, REPRODUCED, yes, paper)
+    return Outcome(ours, NOT_REPRODUCED, no, paper) if fails else Outcome(ours, UNDECIDED, open_, paper)
+
+
+@dataclass(frozen=True)
+class Decision:
+    """What the notebooks decided on some of their claims (``figures/*/verdicts.csv``), read back."""
+    verdict: str  # all of them together: "fails" if any fails, "holds" if all hold, else undecided
+    text: str  # "claim: estimate [low, high] (n) verdict; ..."
+    why: str  # the parts whose verdict is the whole's: estimate, interval, threshold and rule, from the CSVs
+
+
+def decided(t: Tables, *claims: str) -> Decision:
+    """Read the verdicts the notebooks wrote (``<notebook>/verdicts.csv``: each claim is decided there, once, and
+    this report does not decide it again). A claim id names its claim in whichever notebook decides it."""
+    rows = {}
+    for path in sorted(t.folder.glob("*/verdicts.csv")):
+        rows.update((r["claim"], r) for r in t.rows(path.relative_to(t.folder).as_posix()))
     missing = [c for c in claims if c not in rows]
     if missing:
-        raise Unreadable(f"{notebook}/verdicts.csv has no row for {', '.join(missing)}")
+        raise Unreadable(f"no notebook's verdicts.csv has a row for {', '.join(missing)}")
     verdicts = [rows[c]["verdict"] for c in claims]
     together = "fails" if "fails" in verdicts else "holds" if set(verdicts) == {"holds"} else "undecided, n too small"
     text = "; ".join(f"{c}: {float(rows[c]['estimate']):.3g} [{float(rows[c]['low']):.3g}, "
                      f"{float(rows[c]['high']):.3g}] ({rows[c]['n']}) {rows[c]['verdict']}" for c in claims)
-    return together, text
+    deciding = [c for c in claims if rows[c]["verdict"] == together] or list(claims[:1])
+    why = "; ".join(f"{c} {rows[c]['verdict']}: {float(rows[c]['estimate']):.3g} [{float(rows[c]['low']):.3g}, "
+                    f"{float(rows[c]['high']):.3g}] against {float(rows[c]['threshold']):g} ({rows[c]['rule']})"
+                    for c in deciding)
+    return Decision(together, text, why)
 
 
-def from_verdict(verdict: str, ours: str, yes: str, no: str, paper: str | None = None) -> Outcome:
-    """A catalogue item judged by a notebook's verdict: holds → reproduced, fails → not reproduced, undecided →
-    not comparable (the interval cannot decide at this n)."""
-    if verdict == "holds":
-        return Outcome(ours, REPRODUCED, yes, paper)
-    if verdict == "fails":
-        return Outcome(ours, NOT_REPRODUCED, no, paper)
-    return Outcome(ours, NOT_COMPARABLE, "undecided, n too small: the 95% interval straddles the threshold", paper)
+def from_verdict(decision: Decision, ours: str, yes: str, no: str, paper: str | None = None) -> Outcome:
+    """A catalogue item judged by the notebooks' verdicts: holds → reproduced, fails → not reproduced, undecided →
+    undecided (the interval cannot decide at this n, or too few prompts: the reason is the claim's own rule)."""
+    verdict = FROM_NOTEBOOK[decision.verdict]
+    reason = {REPRODUCED: yes, NOT_REPRODUCED: f"{no} — {decision.why}"}.get(verdict, decision.why)
+    return Outcome(ours, verdict, reason, paper)
 
 
 # --- 5. Claims ---------------------------------------------------------------------------------------------------
@@ -252,12 +277,20 @@ class Claim:
     criterion: str  # when the row says "reproduced"
     judge: Callable[[Tables], Outcome]
     pictures: tuple[str, ...] = ()  # figures to link beside the CSVs' own
+    decided_by: tuple[str, ...] = ()  # the notebooks' claims (VERDICTS.md) whose verdicts are this row's, if any
 
 
 def claim(document: str, item: str, artifacts: tuple[Artifact, ...], printed: str, source: Quote | None,
-          criterion: str, pictures: tuple[str, ...] = ()) -> Callable[[Callable[[Tables], Outcome]], Claim]:
+          criterion: str, pictures: tuple[str, ...] = (), decided_by: tuple[str, ...] = ()
+          ) -> Callable[[Callable[[Tables], Outcome]], Claim]:
     """Make the judge below into its :class:`Claim`, so that a catalogue item's row (the document's number and
-    where it is printed, the criterion, the artifacts read) is written where the function deciding it is."""
+    where it is printed, the criterion, the artifacts read) is written where the function deciding it is.
+
+    With ``decided_by``, the row's verdict is the notebooks' verdict on those claims (all of them together), read
+    back by ``decided``: the judge writes only what the row shows, and the criterion says which claims decide it."""
+    if decided_by:
+        criterion = f"{criterion}; decided by " + ", ".join(f"`{c}`" for c in decided_by) + " (VERDICTS.md)"
+
     def made(judge: Callable[[Tables], Outcome]) -> Claim:
-        return Claim(document, item, artifacts, printed, source, criterion, judge, pictures)
+        return Claim(document, item, artifacts, printed, source, criterion, judge, pictures, decided_by)
     return made
