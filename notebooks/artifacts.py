@@ -21,7 +21,6 @@ import datetime as _dt
 import html
 import json
 import os
-import platform
 import re
 import shutil
 import subprocess
@@ -29,7 +28,7 @@ import sys
 from pathlib import Path
 
 from specrepro.run import plots
-from specrepro.core.provenance import git_revision
+from specrepro.core.provenance import environment, git_revision
 
 INDEX_NAME = "index.json"
 VERDICTS_STEM = "verdicts"  # figures/<notebook>/verdicts.csv: the claims that notebook decides
@@ -51,7 +50,8 @@ def find_root(start: Path | None = None) -> Path:
 
 def provenance(root: Path, **parameters) -> dict:
     """Date, git revision (``specrepro.core.provenance.git_revision``, the package's one home of it), interpreter and
-    library versions, and the notebook's parameters."""
+    library versions with the lock file's digest and any package not at its locked version
+    (``specrepro.core.provenance.environment``), and the notebook's parameters."""
     versions = {}
     for name in ("numpy", "scipy", "matplotlib"):
         module = sys.modules.get(name)
@@ -61,8 +61,8 @@ def provenance(root: Path, **parameters) -> dict:
     return {
         "date_utc": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
         "git_revision": git_revision(ignore=("figures", "notebooks/executed"), root=root),
-        "python": platform.python_version(),
         "executable": sys.executable,
+        **environment(),
         **versions,
         **parameters,
     }
@@ -156,7 +156,7 @@ class Artifacts:
 
     def verdicts(self, verdicts: list, *, document: str, item: str, description: str) -> list[Path]:
         """Save the claims this notebook decides (``specrepro.metrics.verdict.Verdict``s) as ``verdicts.csv`` and
-        ``verdicts.md``; :func:`write_verdicts` gathers every notebook's into ``figures/VERDICTS.md``."""
+        ``verdicts.md``; ``reproduction.write_verdicts`` gathers every notebook's into ``figures/VERDICTS.md``."""
         rows = [{**v.row(), "notebook": f"notebooks/{self.stem}.ipynb"} for v in verdicts]
         ids = [row["claim"] for row in rows]
         if len(set(ids)) != len(ids):
@@ -321,15 +321,18 @@ def _timing_lines(path: Path) -> list[str]:
     box = last.get("machine", {})
     lines = ["", "## Run times", "",
              f"Last `run_notebooks.py` call: profile {last.get('profile')}, {last.get('jobs')} notebook(s) at a time "
-             f"with {last.get('threads_per_notebook')} thread(s) each, wall time "
+             f"with {last.get('threads_per_notebook')} thread(s) each"
+             + (", the timed ones alone on every core (`run_notebooks.TIMED`)"
+                if any(r.get("alone") for r in timings.get("runs", {}).values()) else "") + ", wall time "
              f"{last.get('wall_s', 0) / 60:.1f} min, started {last.get('started_utc')} on {box.get('cpu')} "
              f"({box.get('cores')} cores{', GPU ' + box['gpu'] if box.get('gpu') else ''}).",
              "", "| notebook run | profile | wall time (min) | threads | notebooks at a time | machine | finished (UTC) |",
              "|---|---|---|---|---|---|---|"]
     for name, run in timings.get("runs", {}).items():
         where = run.get("cpu") + (f", GPU {run['gpu']}" if run.get("gpu") else "")
+        at_once = 1 if run.get("alone") else run.get("jobs")  # a timed run had the machine to itself
         lines.append(f"| `{name}` | {run.get('profile')} | {run['wall_s'] / 60:.1f} | {run.get('threads')} | "
-                     f"{run.get('jobs')} | {_md(where)} | {run.get('finished_utc')} |")
+                     f"{at_once} | {_md(where)} | {run.get('finished_utc')} |")
     calls = timings.get("calls", [])
     if calls:
         lines += ["", "Every `run_notebooks.py` call recorded here, newest first (a call that found its work in the run "
@@ -355,28 +358,6 @@ def collect_verdicts(figures: Path) -> list[dict]:
                 seen[row["claim"]] = path.relative_to(figures).as_posix()
                 rows.append({**row, "artifact": seen[row["claim"]]})
     return sorted(rows, key=lambda r: r["claim"])
-
-
-def write_verdicts(figures: Path) -> Path:
-    """``figures/VERDICTS.md``: one row per claim (claim, n, estimate and interval, threshold, verdict, where)."""
-    rows = collect_verdicts(figures)
-    lines = ["# Verdicts: one per claim", "",
-             "Written by `notebooks/run_notebooks.py` from each notebook's `verdicts.csv`; do not edit by hand. Each "
-             "claim is decided in one notebook, by where the 95% paired-bootstrap interval of its statistic lies "
-             "against the threshold (`specrepro/metrics/verdict.py`): **holds** (the whole interval on the claimed "
-             "side), **fails** (the whole interval on the other side), or **undecided, n too small** (it straddles "
-             "the threshold).", ""]
-    counts = {v: sum(r["verdict"] == v for r in rows) for v in ("holds", "fails", "undecided, n too small")}
-    lines += [", ".join(f"{n} {v}" for v, n in counts.items()) + f" ({len(rows)} claims).", "",
-              "| claim | statement | n | estimate | 95% interval | threshold | verdict | decided in |",
-              "|---|---|---|---|---|---|---|---|"]
-    for r in rows:
-        lines.append(f"| `{r['claim']}` | {_md(r['statement'])} | {_md(r['n'])} | {r['estimate']} | "
-                     f"[{r['low']}, {r['high']}] | {r['threshold']} | **{r['verdict']}** | "
-                     f"[{r['artifact'].replace('.csv', '.md')}]({r['artifact'].replace('.csv', '.md')}) |")
-    path = Path(figures) / "VERDICTS.md"
-    path.write_text("\n".join(lines) + "\n")
-    return path
 
 
 def write_index(figures: Path) -> tuple[Path, Path]:

@@ -126,7 +126,8 @@ def test_staleness_names_the_code_changed_since_the_commit_a_notebook_ran(tmp_pa
 
 def test_one_verdict_per_claim(tmp_path, monkeypatch):
     """Each notebook's verdicts are gathered into VERDICTS.md; a claim decided by two notebooks is refused."""
-    from artifacts import Artifacts, write_verdicts
+    from artifacts import Artifacts
+    from reproduction import write_verdicts
     from specrepro.metrics.verdict import at_least
 
     monkeypatch.delenv("SPECREPRO_ARTIFACTS_STAGING", raising=False)

@@ -1,16 +1,22 @@
 """What every result file records about where it came from, and how result files are written.
 
 One home for the git revision (one format: the commit, with "(with uncommitted changes)" appended when the
-working tree differs; ``git_state`` gives the same facts as data, the files that differ named) and for atomic
-writes (a temporary file renamed into place, so an interrupted run never leaves half a file).
+working tree differs; ``git_state`` gives the same facts as data, the files that differ named), for the environment
+(``environment``: the versions that decide the numbers, and the lock file that pins them) and for atomic writes (a
+temporary file renamed into place, so an interrupted run never leaves half a file).
 """
 from __future__ import annotations
 
+import hashlib
 import os
+import platform
+import re
 import subprocess
+from importlib import metadata
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
+LOCK_FILE = ROOT / "requirements.lock"  # every package's exact version (``make lock``; ``make venv`` installs it)
 
 
 def git_revision(ignore: tuple[str, ...] = (), root: Path = ROOT) -> str:
@@ -71,3 +77,36 @@ def busy_cores(seconds: float = 0.5, stat: Path = Path("/proc/stat")) -> float |
         return None
     spent = total1 - total0
     return 0.0 if spent <= 0 else (os.cpu_count() or 1) * (1 - (idle1 - idle0) / spent)
+
+
+def lock_pins(lock: Path = LOCK_FILE) -> dict[str, str]:
+    """The lock file's pins, package name (normalised) -> version; {} without a lock."""
+    try:
+        text = lock.read_text()
+    except OSError:
+        return {}
+    pins = (re.match(r"([A-Za-z0-9][A-Za-z0-9._-]*)==([^\s;]+)", line) for line in text.splitlines())
+    return {re.sub(r"[-_.]+", "-", m.group(1)).lower(): m.group(2) for m in pins if m}
+
+
+def environment(lock: Path = LOCK_FILE) -> dict:
+    """The interpreter and the libraries that decide the numbers, the lock file's sha256 (None without one) and the
+    packages installed at another version than it pins ("name installed, locked"; empty: the environment is the
+    lock's; a pinned package not installed, such as an extra, is not a difference)."""
+    def installed(name: str) -> str | None:
+        try:
+            return metadata.version(name)
+        except metadata.PackageNotFoundError:
+            return None
+
+    try:
+        digest = hashlib.sha256(lock.read_bytes()).hexdigest()
+    except OSError:
+        digest = None
+    differs = []
+    for name, pinned in sorted(lock_pins(lock).items()):
+        version = installed(name)
+        if version is not None and version != pinned:
+            differs.append(f"{name} {version}, locked {pinned}")
+    return {"python": platform.python_version(), "torch": installed("torch"),
+            "transformers": installed("transformers"), "lock_sha256": digest, "not_as_locked": differs}

@@ -250,6 +250,7 @@ class LlamaStack(torch.nn.Module):
         cos, sin = self.rotary(x, positions)  # [B, Q, D] each
         cos, sin = cos[:, None], _signed(sin[:, None])  # [B, 1, Q, D]
         scores = _scores_mask(mask.to(work), s.n_kv_heads, s.n_heads // s.n_kv_heads)  # [B·Hkv, g·Q, S]
+        attended = scores.shape[-1]  # S
         attn_norm, mlp_norm, norm = self._norms(work)
         states = [x]
         for i in range(s.n_layers):
@@ -266,7 +267,6 @@ class LlamaStack(torch.nn.Module):
             val = qkv[..., s.q_width + s.kv_width:].view(b, q_len, s.n_kv_heads, s.head_dim).transpose(1, 2)
             k[i].index_copy_(2, slots, qk[:, s.n_heads:])  # the columns' entries, written by slot
             v[i].index_copy_(2, slots, val)
-            attended = scores.shape[-1]  # S
             att = attention(qk[:, :s.n_heads], k[i, :, :, :attended], v[i, :, :, :attended], scores)  # [B, Q, Hq·D]
             x = x + self._linear(att.to(dtype), "wo", i)
             h = F.rms_norm(x, x.shape[-1:], mlp_norm[i], s.eps).to(dtype)

@@ -30,6 +30,7 @@ from typing import Sequence
 import torch
 
 from ..core.decoding import Clock, model_device
+from ..core.provenance import busy_cores, environment
 from .energy import EnergyMeter, open_meter
 from .prefix import BatchedPrefix, batch_contexts
 from .profile import Latency, cpu_info, dtype_name
@@ -166,9 +167,10 @@ def measure_batching(model: torch.nn.Module, context: Sequence[int], batches: Se
                                energy_j=None if js is None else statistics.median(js),
                                runs=rounds * forwards, total_s=sum(ts) * forwards,
                                total_j=None if js is None else sum(js) * forwards))
-    machine = {"load_average": list(os.getloadavg()) if hasattr(os, "getloadavg") else None,
+    machine = {"busy_cores": busy_cores(),
+               "load_average": list(os.getloadavg()) if hasattr(os, "getloadavg") else None,
                "created_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-               "seconds": round(time.perf_counter() - t_start, 2), "torch": torch.__version__,
+               "seconds": round(time.perf_counter() - t_start, 2), "versions": environment(),
                "energy_scope": getattr(meter, "scope", None)}
     return BatchingResult(model=label, device=_device_name(device), dtype=dtype_name(next(model.parameters()).dtype),
                           threads=torch.get_num_threads(), context_tokens=len(context), rounds=rounds,

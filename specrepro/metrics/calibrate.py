@@ -11,7 +11,6 @@ from __future__ import annotations
 import dataclasses
 import math
 import os
-import platform
 import sys
 import time
 from pathlib import Path
@@ -21,7 +20,7 @@ import torch
 
 from ..core.decoding import Clock, model_device
 from ..core.kvcache import CachedModel
-from ..core.provenance import git_revision
+from ..core.provenance import busy_cores, environment, git_revision
 from ..engine.disk import profiles_dir
 from .prefix import BatchedPrefix, batch_contexts
 from .profile import (DEFAULT_NS, DTYPE_NAMES, LONG_NS, N_MAX, Latency, Profile, ProfileKey, calibration_context,
@@ -129,12 +128,10 @@ def measure(target: torch.nn.Module, draft: torch.nn.Module | None, context: lis
                 draft_times.append(t)
         if progress is not None:
             progress(r + 1, rounds)
-    import transformers
     device = model_device(target)
     machine = {"cpu": cpu_info(), "gpu": torch.cuda.get_device_name(device) if device.type == "cuda" else None,
-               "versions": {"python": platform.python_version(), "torch": torch.__version__,
-                            "transformers": transformers.__version__},
-               "git_revision": git_revision(), "load_average": list(os.getloadavg()),
+               "versions": environment(), "git_revision": git_revision(),
+               "busy_cores": busy_cores(), "load_average": list(os.getloadavg()),
                "bandwidth_bytes_s": memory_bandwidth(device), "weight_bytes": weight_bytes(target),
                "created_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
                "seconds": round(time.perf_counter() - t_start, 2)}

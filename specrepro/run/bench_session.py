@@ -8,7 +8,6 @@ A session is one call of ``run_bench``; a resumed run has several, and the summa
 from __future__ import annotations
 
 import os
-import platform
 import statistics
 import sys
 import time
@@ -17,7 +16,7 @@ from typing import Sequence
 import torch
 
 from ..core.decoding import model_device
-from ..core.provenance import busy_cores, git_revision
+from ..core.provenance import busy_cores, environment, git_revision
 from ..methods import Cost
 from ..metrics.calibrate import measure
 from ..metrics.profile import DEFAULT_NS, Profile, ProfileKey, cpu_info
@@ -37,12 +36,10 @@ def _device_name(device: torch.device) -> str:
 def session_info(config: BenchConfig, device: torch.device) -> dict:
     """The provenance of one session: when, which code and versions, the device, the CPU's kernel flags, threads,
     the machine's load and the seeds."""
-    import transformers
     return {
         "started_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         "git_revision": git_revision(),
-        "versions": {"python": platform.python_version(), "torch": torch.__version__,
-                     "transformers": transformers.__version__},
+        "versions": environment(),  # with the lock file's digest and any package not at its locked version
         "device": str(device), "device_name": _device_name(device),
         "cpu_kernel_flags": cpu_info()["kernel_flags"],  # what decides which bf16/fp16 kernels run
         "threads": torch.get_num_threads(),

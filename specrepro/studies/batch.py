@@ -47,7 +47,7 @@ from .common import StudyCache, cached_json
 FORMAT = "specrepro-batch-study/1"
 SURVEY = "survey blog (seed 004), Batch Size"
 MJSD = "MJSD paper (seed 000), §4 Table 1"
-ISSUE = "issue 24, item 2"
+DOCUMENT = "Survey blog (004): speculative decoding at batch size B"  # where INDEX.md files its artifacts
 STATEMENTS = {  # the documents' words the notebook sets beside the figures
     "batch_1": ("survey blog (seed 004), Batch Size: \"Virtually all speculative decoding papers only discuss the "
                 "single batch case, because the highest speedup comes at batch size 1.\""),
