@@ -15,6 +15,8 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from ..run.bench import encode_prompts, run_bench
 from ..run.bench_types import BenchPrompt, BenchResult
 from ..run.variants import BenchConfig
@@ -138,3 +140,12 @@ def holdout_split(prompts: Sequence, held_out: int) -> tuple[list, list]:
     rest, last = list(prompts[:-held_out]), list(prompts[-held_out:])
     assert not {p.id for p in rest} & {p.id for p in last}
     return rest, last
+
+
+def task_arrays(records: Sequence[dict], prompt_ids: Sequence[str], labels: Sequence[str]) -> np.ndarray:
+    """[P, S, M, 2]: (new tokens, wall seconds) of each prompt, repeat (seed) and method ``labels``, so a paired
+    bootstrap resamples prompts and seeds with every method's runs of one (prompt, seed) kept together."""
+    by_key = {(r["method"], r["prompt_id"], r["repeat"]): r for r in records}
+    repeats = sorted({r["repeat"] for r in records})
+    return np.array([[[[by_key[m, p, s]["new_tokens"], by_key[m, p, s]["wall_time_s"]] for m in labels]
+                      for s in repeats] for p in prompt_ids], dtype=float)

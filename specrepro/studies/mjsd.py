@@ -166,13 +166,24 @@ def table5_rows(kinds: dict[str, tuple], chosen: dict[str, dict]) -> list[dict]:
 # ------------------------------------------------------------------ Fig. 1, Table 2, Fig. 3, Table 3, Fig. 4
 
 
-def fig1_rows(result: BenchResult, ks: Sequence[int]) -> list[dict]:
-    """MJGD perplexity, ROUGE-L, speed and target calls per token against K (K = 1: argmax decoding)."""
+def fig1_rows(result: BenchResult, ks: Sequence[int], seed: int = 0) -> list[dict]:
+    """MJGD perplexity (with the 95% bootstrap interval over prompts of the pooled perplexity, the resampling the
+    Fig. 1 verdict uses), ROUGE-L, speed and target calls per token against K (K = 1: argmax decoding)."""
     rows = rows_of(result)
-    return [{"K": k, "perplexity": rows[mjgd_label(k)]["perplexity"], "rouge_l": rows[mjgd_label(k)]["rouge_l"],
-             "tokens_per_s": rows[mjgd_label(k)]["tokens_per_s"],
-             "target_calls_per_token": 1 / rows[mjgd_label(k)]["tokens_per_call"],
-             "identical_to_argmax": rows[mjgd_label(k)]["identical_to_ar"]} for k in ks]
+
+    def perplexity(x: np.ndarray) -> float:  # x [P, R, 1, (nll_sum, nll_tokens)]: Eq. 1 pooled over tokens
+        sums = x.sum(axis=(0, 1))[0]
+        return float(np.exp(sums[0] / sums[1]))
+
+    table = []
+    for k in ks:
+        x, _ = prompt_array({"fig1": result}, lambda _kind, k=k: (mjgd_label(k),), ("nll_sum", "nll_tokens"))
+        low, high = stats.paired_bootstrap(x, perplexity, seed=seed) if len(x) > 1 else (np.nan, np.nan)
+        r = rows[mjgd_label(k)]
+        table.append({"K": k, "perplexity": r["perplexity"], "perplexity_low95": low, "perplexity_high95": high,
+                      "prompts": len(x), "rouge_l": r["rouge_l"], "tokens_per_s": r["tokens_per_s"],
+                      "target_calls_per_token": 1 / r["tokens_per_call"], "identical_to_argmax": r["identical_to_ar"]})
+    return table
 
 
 def table2_rows(kind: str, result: BenchResult, chosen: dict, source: str) -> list[dict]:
@@ -211,6 +222,14 @@ def fig3_row(kind: str, spec: list[int], mjsd: list[int]) -> dict:
             "mjsd_mean_accepted": statistics.mean(mjsd) if mjsd else None, "ratio_mjsd_over_speculative": ratio,
             "speculative_iterations": len(spec), "mjsd_iterations": len(mjsd),
             "paper_ratio_mean_over_its_columns": PAPER_CLAIMS["accept_ratio"]}
+
+
+def fig3_overall(results: dict[str, BenchResult], seed: int = 0) -> dict:
+    """MJSD's accepted draft tokens per iteration over speculative's, pooled over every kind's test prompts, with the
+    95% paired bootstrap interval that decides the Fig. 3 claim (``claims``: the same array, statistic and seed)."""
+    x, _ = prompt_array(results, lambda _kind: (mjsd_label(), f"speculative:g{GAMMA}"), ("accepted", "iterations"))
+    low, high = stats.paired_bootstrap(x, stats.pooled_ratio, seed=seed) if len(x) > 1 else (np.nan, np.nan)
+    return {"estimate": stats.pooled_ratio(x), "low": low, "high": high, "prompts": len(x)}
 
 
 def table3_rows(result: BenchResult, beams: Sequence[int], source: str) -> list[dict]:

@@ -24,8 +24,12 @@ def fig1_figure(fig1: Sequence[dict]):
     """Fig. 1: MJGD's perplexity and ROUGE-L against K (:func:`.mjsd.fig1_rows`)."""
     fig, axes = plots.figure(1, 2)
     ks = [r["K"] for r in fig1]
-    axes[0].plot(ks, [r["perplexity"] for r in fig1], "o-")
-    axes[0].set(xlabel="$K$ (tokens per MJGD step)", ylabel="perplexity (Eq. 1) $\\downarrow$", title="(a) perplexity")
+    ppl = np.array([r["perplexity"] for r in fig1])
+    low, high = (np.array([r[c] for r in fig1], dtype=float) for c in ("perplexity_low95", "perplexity_high95"))
+    bars = np.nan_to_num(np.vstack([ppl - low, high - ppl]))  # none with one prompt (smoke)
+    axes[0].errorbar(ks, ppl, yerr=bars, fmt="o-", capsize=3)
+    axes[0].set(xlabel="$K$ (tokens per MJGD step)", ylabel="perplexity (Eq. 1) $\\downarrow$",
+                title=f"(a) perplexity, 95% bootstrap over {fig1[0]['prompts']} prompts")
     axes[1].plot(ks, [r["rouge_l"] for r in fig1], "o-", color="C1")
     axes[1].set(xlabel="$K$ (tokens per MJGD step)", ylabel="ROUGE-L $\\uparrow$", title="(b) ROUGE-L")
     for ax in axes:
@@ -68,10 +72,12 @@ def table2_figure(table2: Sequence[dict], kinds: dict[str, tuple]):
     return fig
 
 
-def fig3_figure(fig3: Sequence[dict], accepted: dict[tuple[str, str], list[int]], kinds: dict[str, tuple]):
+def fig3_figure(fig3: Sequence[dict], accepted: dict[tuple[str, str], list[int]], kinds: dict[str, tuple],
+                overall: dict):
     """Fig. 3: accepted draft tokens per iteration of speculative decoding and MJSD, (a) their means per kind
     (:func:`.mjsd.fig3_row`), (b) their distribution over all kinds (``accepted``: (kind, method) -> per
-    iteration), (c) the ratio of the means beside the paper's."""
+    iteration), (c) the ratio of the means per kind, and over every kind with the interval that decides the claim
+    (``overall``: :func:`.mjsd.fig3_overall`), beside the paper's."""
     fig, axes = plots.figure(1, 3, width=14, height=3.2)
     for i, (name, key) in enumerate((("speculative", "speculative_mean_accepted"), ("MJSD", "mjsd_mean_accepted"))):
         axes[0].bar(np.arange(len(kinds)) + (i - 0.5) * 0.35, [r[key] or 0 for r in fig3], 0.35,
@@ -86,12 +92,15 @@ def fig3_figure(fig3: Sequence[dict], accepted: dict[tuple[str, str], list[int]]
                 title="(b) distribution, all kinds pooled")
     plots.legend(axes[1], "right")  # the same two methods as in (a)
     ratios = [r["ratio_mjsd_over_speculative"] or np.nan for r in fig3]
-    axes[2].bar(np.arange(len(kinds)), ratios, 0.5, color="C4", label="ours, per kind")
+    axes[2].bar(np.arange(len(kinds)), ratios, 0.5, color="C4", alpha=0.6, label="ours, per kind")
+    est, low, high = (overall[k] for k in ("estimate", "low", "high"))
+    axes[2].bar([len(kinds)], [est], 0.5, color="C4", yerr=np.nan_to_num([[est - low], [high - est]]), capsize=4,
+                label=f"ours, every kind: 95% paired bootstrap\nover {overall['prompts']} prompts (the verdict's)")
     axes[2].axhline(1, color="0.5", lw=0.8)
-    plots.document_marker(axes[2], [len(kinds)], [PAPER_CLAIMS["accept_ratio"]],
+    plots.document_marker(axes[2], [len(kinds) + 1], [PAPER_CLAIMS["accept_ratio"]],
                           f"MJSD paper: {PAPER_CLAIMS['accept_ratio']}x, mean over its 6 Table 2 settings\n"
                           "(Llama-2 and OPT pairs, L40, batch 1; the text on Fig. 3)")
-    axes[2].set_xticks(np.arange(len(kinds) + 1), [*kinds, "paper"], fontsize=7)
+    axes[2].set_xticks(np.arange(len(kinds) + 2), [*kinds, "all", "paper"], fontsize=7)
     axes[2].set(ylabel="MJSD / speculative", title="(c) ratio of the means")
     plots.legend(axes[2], "right")
     plots.title(fig, plots.MEASURED, f"MJSD Fig. 3, accepted draft tokens per iteration, $\\gamma$ = {GAMMA}")

@@ -28,7 +28,7 @@ from ..core.record import alpha_of, tokens_per_call
 from ..core import stats
 from ..decode.speculative import speculative_generate
 from ..core.warping import warp
-from .common import records_of, rows_of, run_means
+from .common import records_of, rows_of, run_means, task_arrays
 
 CHUNK = 16  # rows per solve_rows call: R x V float64 tensors stay a few MB
 
@@ -195,15 +195,6 @@ CHEN_2023 = {("summarize", "sampling"): ("XSum", "nucleus", 1.92), ("summarize",
              ("humaneval", "sampling"): ("HumanEval", "nucleus", 2.46)}
 
 
-def task_arrays(records: Sequence[dict], prompt_ids: Sequence[str], labels: Sequence[str]) -> np.ndarray:
-    """[P, S, M, 2]: (new tokens, wall seconds) of each prompt, repeat (seed) and method ``labels``, so a paired
-    bootstrap resamples prompts and seeds with every method's runs of one (prompt, seed) kept together."""
-    by_key = {(r["method"], r["prompt_id"], r["repeat"]): r for r in records}
-    repeats = sorted({r["repeat"] for r in records})
-    return np.array([[[[by_key[m, p, s]["new_tokens"], by_key[m, p, s]["wall_time_s"]] for m in labels]
-                      for s in repeats] for p in prompt_ids], dtype=float)
-
-
 def task_speedup_table(results: dict[float, BenchResult], suites: dict[str, Sequence[str]], speculative: str,
                        gamma: int, device: str, bootstrap: Callable | None, resamples: int = 2000) -> list[dict]:
     """One row per (suite, decoding): speculative sampling's speedup over AR on that suite's prompts, the bench's
@@ -331,11 +322,12 @@ def beta_table(batching, gammas: Sequence[int], alpha: float, c: float) -> list[
 SETTINGS = {
     "smoke": dict(bench=1, rows=2, repeats=1, max_new=8, cost_repeats=1, warmup=2, solver_repeats=2, batch_context=16,
                   batch_rounds=1, batch_forwards=1, task_prompts=1, task_max_new=8, task_seeds=1),
-    # quick, sized for ~5 minutes on 1 CPU thread of a 2-core machine running two notebooks: 1 bench prompt x 1
-    # repeat, 16 tokens (a summarize generation costs ~6-10 s whatever its length: prefill and scoring of ~450 tokens;
-    # mentored_speed_quality decides the speed-quality question on more prompts and seeds)
-    "quick": dict(bench=1, rows=2, repeats=1, max_new=16, cost_repeats=3, warmup=8, solver_repeats=5, batch_context=64,
-                  batch_rounds=2, batch_forwards=1, task_prompts=4, task_max_new=32, task_seeds=2),
+    # quick, sized for ~8 minutes on 2 CPU threads: 3 bench prompts x 1 repeat, 16 tokens (a summarize generation
+    # costs ~6-10 s whatever its length: prefill and scoring of ~450 tokens; mentored_speed_quality decides the
+    # speed-quality question on more prompts and seeds), 5 prompts per suite for the speedup by task (a claim on
+    # fewer than 5 prompts is undecided whatever its interval)
+    "quick": dict(bench=3, rows=2, repeats=1, max_new=16, cost_repeats=3, warmup=8, solver_repeats=5, batch_context=64,
+                  batch_rounds=2, batch_forwards=1, task_prompts=5, task_max_new=32, task_seeds=2),
     "full": dict(bench=None, rows=4, repeats=3, max_new=128, cost_repeats=7, warmup=8, solver_repeats=20,
                  batch_context=256, batch_rounds=5, batch_forwards=4, task_prompts=20, task_max_new=128, task_seeds=3),
 }

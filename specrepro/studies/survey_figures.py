@@ -7,6 +7,8 @@ B = batch size, R = rows.
 """
 from __future__ import annotations
 
+import textwrap
+
 from collections.abc import Callable, Sequence
 
 import matplotlib.pyplot as plt
@@ -73,7 +75,7 @@ def speed_quality_figure(rows: dict[str, dict], gammas: Sequence[int], bounds: S
         points = [(rows[ment[g, d]]["rouge_l"], rows[ment[g, d]]["tokens_per_s"]) for d in bounds]
         ax.plot(*zip(*points), "o-", color=f"C{i}", ms=4, label=f"mentored, $\\gamma$ = {g}")
         for d, (x, y) in zip(bounds, points):
-            ax.annotate(f"$D$ = {d:g}", (x, y), fontsize=5, xytext=(2, 2), textcoords="offset points")
+            ax.annotate(f"$D$ = {d:g}", (x, y), fontsize=7, xytext=(3, 3), textcoords="offset points")
     ax.set(xlabel=f"ROUGE-L on {suite} $\\uparrow$", ylabel="tokens / s $\\uparrow$", title="(a) speed against quality")
     plots.legend(ax, "below", ncol=2)
     ax = axes[1]
@@ -102,8 +104,8 @@ def staged_figure(table: Sequence[dict], names: Sequence[str], gamma: int, promp
     axes[1].bar(x + 0.2, [r["target_calls_per_token"] for r in table], 0.4, color="C3", label="target calls")
     axes[1].set(ylabel="forwards per generated token $\\downarrow$", title="(b) model calls per token")
     plots.legend(axes[1], "right")
-    for ax in axes:
-        ax.set_xticks(x, list(names), fontsize=7, rotation=15)
+    for ax in axes:  # two-line labels, upright: long names side by side no longer run together
+        ax.set_xticks(x, [textwrap.fill(name, 12) for name in names], fontsize=7)
     plots.title(fig, plots.MEASURED, f"staged and fused speculative decoding, T = 0, $\\gamma$ = {gamma}, "
                                      f"{prompts} {suite} prompts")
     return fig

@@ -13,6 +13,7 @@ from specrepro.drafters.medusa import MedusaConfig, MedusaDrafter, MedusaHeads
 from specrepro.drafters.ppd import PPDConfig, PromptTokens
 from specrepro.studies import medusa as medusa_study
 from specrepro.studies import ppd, trees
+from specrepro.studies.common import rows_of
 from specrepro.studies.trees import tree_tau
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -232,6 +233,9 @@ def test_ppd_table1_methods_and_memory(monkeypatch):
     assert fig7[2]["extra_pct_of_target"] == 200.0 and fig7[0]["extra_weight_MB"] == 96 * 4 / 2**20
     assert fig7[0]["step_kv_MB"] == 4.0 * 64 / 2**20
     assert [r["bench_dtype"] for r in fig7] == ["fp32"] * 3 and fig7[2]["train_dtype"].endswith("stored bf16")
+    ppd_speed, medusa_speed = (rows_of(result)[m]["tokens_per_s"] for m in ("ppd", "medusa"))
+    assert fig7[0]["over_medusa"] == pytest.approx(ppd_speed / medusa_speed)  # the pooled ratio, same prompts
+    assert fig7[1]["over_medusa"] is None and fig7[0]["prompts"] == len({r["prompt_id"] for r in result.records})
 
 
 def test_profile_baseline_speedups_rescale_by_the_plain_step():
