@@ -35,12 +35,13 @@ def copy_csvs(source: Path, dest: Path) -> Path:
 
 
 def rewrite(path: Path, change) -> None:
-    """Let ``change`` edit the rows of a CSV (dicts) in place, and write them back; a column it deleted is gone."""
+    """Let ``change`` edit the rows of a CSV (dicts) in place, and write them back; a column it deleted is gone, one
+    it added comes last."""
     with path.open(newline="") as handle:
         reader = csv.DictReader(handle)
         columns, rows = reader.fieldnames, list(reader)
     change(rows)
-    columns = [c for c in columns if c in rows[0]]
+    columns = [c for c in columns if c in rows[0]] + [c for c in rows[0] if c not in columns]
     with path.open("w", newline="") as handle:
         writer = csv.DictWriter(handle, columns, lineterminator="\n")
         writer.writeheader()
@@ -350,3 +351,21 @@ def test_criteria_that_can_fail(tmp_path):
     faster = row_for(rp.evaluate(run, None), "Table 1 throughput")
     assert table1.outcome.verdict == rp.NOT_REPRODUCED and "throughput" in table1.outcome.reason
     assert faster.outcome.verdict == rp.REPRODUCED
+
+
+@needs_figures
+def test_ppd_fig1_is_decided_on_the_paired_interval_when_the_csv_has_one(tmp_path):
+    run = copy_csvs(FIGURES, tmp_path / "run")
+
+    def interval(low, high, prompts="5"):
+        def change(rows):
+            for r in rows:
+                on = r["method"] == "PPD"
+                r.update(over_medusa="1.0" if on else "", over_medusa_low95=str(low) if on else "",
+                         over_medusa_high95=str(high) if on else "", prompts=prompts)
+        return change
+    verdicts = []
+    for low, high, prompts in ((1.02, 1.2, "5"), (0.8, 0.95, "5"), (0.9, 1.1, "5"), (1.02, 1.2, "4")):
+        rewrite(run / ppd.PPD_COST, interval(low, high, prompts))
+        verdicts.append(row_for(rp.evaluate(run, None), "Fig. 1 memory/speedup").outcome.verdict)
+    assert verdicts == [rp.REPRODUCED, rp.NOT_REPRODUCED, rp.UNDECIDED, rp.UNDECIDED]

@@ -12,10 +12,17 @@ from tests.studies.drawn import checked
 KINDS = {"instruct": ("CP", "ChatGPT-Prompts", "instruction"), "chat": ("CA", "ChatAlpaca", "multi-turn chat")}
 
 
-def test_fig1_draws_perplexity_and_rouge_against_k():
-    fig = mjsd_figures.fig1_figure([{"K": k, "perplexity": 10 - k, "rouge_l": 0.1 * k} for k in (1, 3)])
+def test_fig1_draws_perplexity_with_its_interval_and_rouge_against_k():
+    fig = mjsd_figures.fig1_figure([{"K": k, "perplexity": 10 - k, "perplexity_low95": 9 - k,
+                                     "perplexity_high95": 12 - k, "prompts": 5, "rouge_l": 0.1 * k} for k in (1, 3)])
     assert list(fig.axes[0].lines[0].get_ydata()) == [9, 7] and list(fig.axes[1].get_xticks()) == [1, 3]
+    bars = [c for c in fig.axes[0].collections if len(c.get_segments()) == 2][0].get_segments()
+    assert [tuple(s[:, 1]) for s in bars] == [(8, 11), (6, 9)]  # the 95% interval of each K
+    assert "5 prompts" in fig.axes[0].get_title()
     checked(fig)
+    one = mjsd_figures.fig1_figure([{"K": k, "perplexity": 3.0, "perplexity_low95": float("nan"),
+                                     "perplexity_high95": float("nan"), "prompts": 1, "rouge_l": 0.1} for k in (1, 2)])
+    checked(one)  # one prompt (smoke): no interval, still drawn
 
 
 def test_table2_figure_sets_each_method_beside_the_papers_row():
@@ -37,10 +44,13 @@ def test_fig3_draws_the_means_the_distribution_and_the_ratio():
             {"speculative_mean_accepted": None, "mjsd_mean_accepted": None, "ratio_mjsd_over_speculative": None}]
     accepted = {("instruct", "speculative"): [1, 1], ("instruct", "MJSD"): [2, 2], ("chat", "speculative"): [],
                 ("chat", "MJSD"): []}
-    fig = mjsd_figures.fig3_figure(fig3, accepted, KINDS)
+    overall = {"estimate": 1.8, "low": 1.2, "high": 2.6, "prompts": 6}
+    fig = mjsd_figures.fig3_figure(fig3, accepted, KINDS, overall)
     assert [p.get_height() for p in fig.axes[0].patches] == [1.0, 0, 2.0, 0]
     ratios = [p.get_height() for p in fig.axes[2].patches]
-    assert ratios[0] == 2.0 and np.isnan(ratios[1])
+    assert ratios[0] == 2.0 and np.isnan(ratios[1]) and ratios[2] == 1.8  # per kind, then every kind
+    bar = [c for c in fig.axes[2].collections if c.get_gid() != plots.DOCUMENT_GID][0].get_segments()[0]
+    assert tuple(bar[:, 1]) == (1.2, 2.6)  # the verdict's interval
     assert len(fig.axes[1].patches) == 2 * (GAMMA + 1)  # one bin per accepted count 0..γ, per method
     assert "paper" in checked(fig)
 

@@ -38,12 +38,12 @@ def test_fig8a_draws_measured_and_theory_per_tree_kind():
     assert any("2 prompts x 6 tokens" in t for t in checked(fig))
 
 
-def test_fig8bc_marks_the_hardware_aware_size_at_its_speedup():
+def test_fig8bc_marks_the_hardware_aware_size_with_its_speedup():
     fig8b = [{"tree_size": n, "speedup_theory_tau": 1 + n / 10, "speedup_measured_tau": 1 + n / 20} for n in (4, 8)]
     both = [{"tree_size": 8, "speedup_vs_L_fp1": 1.3, "speedup_vs_plain": 1.1}]
     fig = ppd_figures.fig8bc_figure(fig8b, both, 0.9, 8, 1.1, "tiny")
     chosen = next(line for line in fig.axes[0].lines if line.get_label().startswith("hardware-aware"))
-    assert (list(chosen.get_xdata()), list(chosen.get_ydata())) == ([8], [1.1])
+    assert list(chosen.get_xdata()) == [8, 8] and "1.10x" in chosen.get_label()  # a line: the points stay visible
     assert "plain decoding on the $L_{\\mathrm{fp}}(1)$ baseline: 0.90" in checked(fig)
 
 
