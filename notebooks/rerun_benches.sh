@@ -35,6 +35,10 @@ scratch=$(mktemp -d "${TMPDIR:-/tmp}/specrepro-benches.XXXXXX")
 # machine), and kept beside the auto-vs-fixed bench.
 $PY -m specrepro calibrate --draft smollm2-135m-draft --threads 2 --recalibrate --out "$scratch/calibrate" \
     | tee "$scratch/calibrate.txt"
+# The same bf16 step on torch's ops alone (SPECREPRO_KERNELS=off: no 4-bit/8-bit kernel, RMSNorm or attention of
+# the engine's own), right after, for the side-by-side in engine-t0 (its profile is kept apart: "+off").
+SPECREPRO_KERNELS=off $PY -m specrepro calibrate --dtype bf16 --threads 2 --recalibrate \
+    --out "$scratch/calibrate-kernels-off" | tee "$scratch/calibrate-kernels-off.txt"
 # Every bench first, into the scratch folder, so that the tree stays clean (each bench records the commit, and
 # would see a swapped-in folder as an uncommitted change); then all are swapped in.
 for name in "${names[@]}"; do
@@ -43,6 +47,9 @@ for name in "${names[@]}"; do
     $PY -m specrepro bench "${common[@]}" ${args[$name]} --out "$scratch/$name"
     if [ "$name" = auto-vs-fixed ] || [ "$name" = engine-t0 ]; then
         cp -r "$scratch/calibrate" "$scratch/$name/calibrate" && cp "$scratch/calibrate.txt" "$scratch/$name/"
+    fi
+    if [ "$name" = engine-t0 ]; then
+        cp -r "$scratch/calibrate-kernels-off" "$scratch/$name/" && cp "$scratch/calibrate-kernels-off.txt" "$scratch/$name/"
     fi
 done
 for name in "${names[@]}"; do

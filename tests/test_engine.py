@@ -185,17 +185,24 @@ def test_weights_on_a_4bit_grid_are_held_as_4bit_integers_and_others_stay_dense(
     assert engine_of(model).stack.four_bit_share == engine_of(fresh).stack.four_bit_share == 7 / 8
 
 
-def test_the_lm_head_stays_dense_even_on_a_4bit_grid():
-    """The engine prepacks its stack and its head with one call; the head ignores ``four_bit`` (it is Q8_0 in the
-    offline GGUF) and gives F.linear's bits."""
-    from specrepro.engine.llama import Q4
+def test_the_lm_head_is_8bit_on_a_q8_0_grid_and_dense_otherwise():
+    """The engine prepacks its stack and its head with one call: a head off a Q8_0 grid (here a 4-bit one) gives
+    F.linear's bits; on one (the offline GGUF's head), it is held as 8-bit integers where the engine's kernel runs."""
+    from specrepro.engine import kernel
+    from specrepro.engine.llama import Q4, Q8
     from specrepro.engine.runner import _Head
     grid = snapped_to_4bit(torch.nn.ModuleDict({"proj": torch.nn.Linear(64, 64, bias=False)})).proj.weight
     head = _Head(grid.detach().bfloat16())
-    assert head.prepack(True) and not isinstance(head.packed, Q4)
+    assert head.prepack(True) and not isinstance(head.packed, (Q4, Q8))
     x = torch.randn(2, 3, 64).bfloat16()
     assert torch.equal(head(x), torch.nn.functional.linear(x, head.weight))
     assert not _Head(grid.detach()).prepack(True)  # fp32: nothing to prepack
+    if kernel.why_not() is None:
+        q8 = _Head((torch.randint(-127, 128, (64, 64)) * 1e-3).bfloat16())
+        q8.weight.data[:, ::32] = 0.127  # (each block's largest |q| is 127)
+        assert q8.prepack(True) and isinstance(q8.packed, Q8)
+        torch.testing.assert_close(q8(x), torch.nn.functional.linear(x, q8.weight).float(), atol=2e-2, rtol=2 ** -7)
+        assert q8.prepack(False) and not isinstance(q8.packed, Q8)  # the dense engine's head stays dense
 
 
 def attach_fresh(model: torch.nn.Module, four_bit: bool = True) -> torch.nn.Module:

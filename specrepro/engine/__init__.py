@@ -10,6 +10,7 @@ import os
 
 import torch
 
+from . import kernel
 from .llama import FAMILY, LlamaStack, unsupported
 from .runner import BUCKETS, SLOT_BLOCK, Engine, Rebuild, StaticKV, bucket, compile_enabled, warm
 
@@ -54,11 +55,15 @@ def default_engine() -> str:
 
 def default_engine_label(compiled: bool = False) -> str:
     """The engine a run uses, as its records and device profiles name it ("specrepro:4bit", "specrepro",
-    "specrepro:compiled" or "transformers"; "specrepro" is the dense engine, as before 4-bit weights)."""
+    "specrepro:compiled" or "transformers"; "specrepro" is the dense engine, as before 4-bit weights; "+off" or
+    "+torch-int4" where ``$SPECREPRO_KERNELS`` turns the engine's own kernels off)."""
     engine = default_engine()
     if engine != "transformers" and (compiled or compile_enabled()):
         return "specrepro:compiled"  # (compiled graphs read the dense weights)
-    return {"specrepro": "specrepro:4bit", "specrepro-dense": "specrepro"}.get(engine, engine)
+    label = {"specrepro": "specrepro:4bit", "specrepro-dense": "specrepro"}.get(engine, engine)
+    if engine != "transformers" and kernel.choice() != "on":  # ("+off": torch's ops instead of the engine's kernels)
+        label += f"+{kernel.choice()}"
+    return label
 
 
 def detach(model: torch.nn.Module) -> None:

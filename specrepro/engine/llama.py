@@ -83,41 +83,61 @@ def prepack(weight: torch.Tensor) -> torch.Tensor:
     return torch.ops.mkldnn._reorder_linear_weight(weight.detach(), 1)
 
 
-def packed_linear(x: torch.Tensor, packed: "torch.Tensor | Q4", bias: torch.Tensor | None = None) -> torch.Tensor:
-    """``F.linear`` with a ``prepack``ed weight (bit for bit the same in bf16), or with a ``Q4`` one."""
-    if isinstance(packed, Q4):
+def packed_linear(x: torch.Tensor, packed: "torch.Tensor | Q4 | Q8", bias: torch.Tensor | None = None) -> torch.Tensor:
+    """``F.linear`` with a ``prepack``ed weight (bit for bit the same in bf16; ``x`` is cast to it), or with a ``Q4``
+    one (whose kernel takes and gives what ``Q4.linear`` says)."""
+    if isinstance(packed, (Q4, Q8)):
         return packed.linear(x, bias)
-    return torch.ops.mkldnn._linear_pointwise(x, packed, bias, "none", [], "")
+    return torch.ops.mkldnn._linear_pointwise(x.to(packed.dtype), packed, bias, "none", [], "")
 
 
 @dataclass(frozen=True)
 class Q4:
-    """A weight [N, K] held as 4-bit integers q with a scale s and a zero z per group of ``Q4_GROUP`` inputs,
-    w = (q - 8)·s + z: the GGUF's own Q4_1 blocks (w = d·q + m, so s = d and z = m + 8d), read by torch's CPU int4
-    kernel. A one-token decode step reads a quarter of the bf16 bytes (on the 2-core Zen 4 EPYC the 120 GEMMs of a
-    step took 4.9 ms against 14.3 ms prepacked bf16; at 5 rows 13.9 against 12.3)."""
+    """A weight [N, K] held as 4-bit integers q with a scale d and a zero z per group of ``Q4_GROUP`` inputs,
+    w = d·q + z: the GGUF's own Q4_1 blocks (w = d·q + m). Two kernels read it:
 
-    packed: torch.Tensor  # the int4 pack of torch's CPU kernel
-    scales_zeros: torch.Tensor  # [K/G, N, 2] in the activations' dtype (bf16)
+    - the engine's own (``kernel.q4_mm``, ``kernels.cpp``; a CPU with AVX-512 BF16): d and z in fp16 (the GGUF's
+      own precision), the input (fp32 or bf16) rounded to bf16 inside, the output in fp32 (no cast on either side);
+      one pass over the weights serves up to 8 rows;
+    - torch's CPU int4 kernel (any other CPU, or ``$SPECREPRO_KERNELS=torch-int4``): w = (q − 8)·d + (z + 8d), d
+      and z in bf16, bf16 in and out; it dequantises per tile of 4 rows, so 5 or 6 rows go as two calls
+      (``Q4_SPLIT``).
+
+    A one-token decode step reads a quarter of the bf16 bytes. A row's output is the same bit for bit whatever the
+    rows beside it, in both."""
+
+    packed: torch.Tensor  # ours: [N/32, K/G, 8, 2, 32] uint8 (see kernels.cpp); torch's: its int4 pack
+    scales: torch.Tensor  # ours: d [N/32, K/G, 32] fp16; torch's: d and z+8d together, [K/G, N, 2] bf16
+    zeros: torch.Tensor | None  # ours: z [N/32, K/G, 32] fp16; torch's: None (in ``scales``)
     out_features: int  # N
 
+    @property
+    def kernel(self) -> str:
+        return "torch" if self.zeros is None else "specrepro"
+
     def linear(self, x: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
+        """x [..., K] -> [..., N]: fp32 from the engine's kernel, the scales' dtype (bf16) from torch's."""
+        if self.zeros is not None:
+            y = torch.ops.specrepro.q4_mm(x.contiguous(), self.packed, self.scales, self.zeros)
+            return y if bias is None else y + bias
         rows = x.reshape(-1, x.shape[-1])  # [B·Q, K]
         if len(rows) in Q4_SPLIT:  # (each row's output is the same bit for bit, whatever the rows beside it)
+            rows = rows.to(self.scales.dtype)
             y = torch.cat([self._mm(rows[:Q4_SPLIT[len(rows)]]), self._mm(rows[Q4_SPLIT[len(rows)]:])])
         else:
-            y = self._mm(rows)
+            y = self._mm(rows.to(self.scales.dtype))
         y = y.view(*x.shape[:-1], self.out_features)
         return y if bias is None else y + bias
 
     def _mm(self, rows: torch.Tensor) -> torch.Tensor:
-        return torch.ops.aten._weight_int4pack_mm_for_cpu(rows, self.packed, Q4_GROUP, self.scales_zeros)
+        return torch.ops.aten._weight_int4pack_mm_for_cpu(rows, self.packed, Q4_GROUP, self.scales)
 
 
 def q4_pack(weight: torch.Tensor) -> Q4 | None:
-    """``weight`` [N, K] (bf16, CPU) as a ``Q4``, or None where it does not lie on a 4-bit grid per group of 32
-    inputs, to within the rounding of its bf16 values (a GGUF's Q4_1 weights, dequantised, do: every element of a
-    block is min + q·(max - min)/15; any other weight misses the grid by up to a 30th of its block's range)."""
+    """``weight`` [N, K] (bf16, CPU) as a ``Q4`` for the engine's kernel where it runs (and N is a multiple of 32),
+    else for torch's, or None where it does not lie on a 4-bit grid per group of 32 inputs, to within the rounding
+    of its bf16 values (a GGUF's Q4_1 weights, dequantised, do: every element of a block is min + q·(max - min)/15;
+    any other weight misses the grid by up to a 30th of its block's range)."""
     n, k = weight.shape
     if k % Q4_GROUP or n % 16 or not prepackable(weight):
         return None
@@ -128,9 +148,72 @@ def q4_pack(weight: torch.Tensor) -> Q4 | None:
     miss = (low + step * q - blocks).abs()
     if (miss > 2 ** -7 * blocks.abs().amax(-1, keepdim=True)).any():  # bf16's rounding of w, min and max: < 2^-7
         return None
-    scales_zeros = torch.cat([step, low + 8 * step], dim=-1).transpose(0, 1)  # [K/G, N, 2]
+    from .kernel import q4_mm
+    if q4_mm() is not None and n % 32 == 0:
+        return _ours(q.to(torch.uint8), step[..., 0], low[..., 0])
+    scales = torch.cat([step, low + 8 * step], dim=-1).transpose(0, 1)  # [K/G, N, 2]
     packed = torch.ops.aten._convert_weight_to_int4pack_for_cpu(q.view(n, k).to(torch.int32), 8)
-    return Q4(packed=packed, scales_zeros=scales_zeros.to(weight.dtype).contiguous(), out_features=n)
+    return Q4(packed=packed, scales=scales.to(weight.dtype).contiguous(), zeros=None, out_features=n)
+
+
+def _ours(q: torch.Tensor, d: torch.Tensor, z: torch.Tensor) -> Q4:
+    """q [N, K/G, G] uint8 in 0..15, d and z [N, K/G] -> the layout of ``kernels.cpp``'s q4_mm: tiles of 32 outputs;
+    in a block, step r holds the k pairs (4r, 4r+1) in the low nibbles and (4r+2, 4r+3) in the high ones, for outputs
+    16h..16h+15 in half h, a byte per (output, k of the pair)."""
+    n, blocks, _ = q.shape
+    q = q.view(n // 32, 2, 16, blocks, 8, 2, 2)  # tile, half h, output o, block b, step r, nibble, k in the pair
+    q = q.permute(0, 3, 4, 1, 5, 2, 6).reshape(n // 32, blocks, 8, 2, 2, 32)  # tile, b, r, h, nibble, (o, k)
+    packed = (q[..., 0, :] | (q[..., 1, :] << 4)).contiguous()  # [N/32, K/G, 8, 2, 32]
+    tiles = [t.half().view(n // 32, 32, blocks).transpose(1, 2).contiguous() for t in (d, z)]  # [N/32, K/G, 32]
+    return Q4(packed=packed, scales=tiles[0], zeros=tiles[1], out_features=n)
+
+
+@dataclass(frozen=True)
+class Q8:
+    """A weight [N, K] held as 8-bit integers q with a scale d per group of ``Q4_GROUP`` inputs, w = d·q: a GGUF's
+    Q8_0 blocks (the offline model's LM head, 56 MB in bf16, 30 MB so), read by the engine's ``q8_mm`` (the input
+    rounded to bf16 inside, as a bf16 ``F.linear`` reads it; fp32 out; d in fp16, as the GGUF's). A row's output is
+    the same bit for bit whatever the rows beside it."""
+
+    packed: torch.Tensor  # [N/16, K/2, 32] int8: a tile's 16 outputs at each pair of inputs (see kernels.cpp)
+    scales: torch.Tensor  # d [N/16, K/G, 16] fp16
+    out_features: int  # N
+
+    def linear(self, x: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
+        y = torch.ops.specrepro.q8_mm(x, self.packed, self.scales)
+        return y if bias is None else y + bias
+
+
+def q8_pack(weight: torch.Tensor) -> Q8 | None:
+    """``weight`` [N, K] (bf16, CPU) as a ``Q8`` where the engine's kernel runs and the weight lies on a Q8_0 grid
+    to within its bf16 rounding (every block of 32 is d·q, q in -127..127, its largest |q| 127: a GGUF's Q8_0
+    weights, dequantised, do), else None. (Within bf16's rounding, the 255 levels of a block hide among its
+    representable values but for the small |q|, which is where the check looks.)"""
+    from .kernel import q8_mm
+    n, k = weight.shape
+    if k % Q4_GROUP or n % 16 or not prepackable(weight) or q8_mm() is None:
+        return None
+    blocks = weight.detach().float().view(n, k // Q4_GROUP, Q4_GROUP)  # [N, K/G, G]
+    step = blocks.abs().amax(-1, keepdim=True) / 127
+    q = (blocks / step.clamp_min(1e-30)).round()  # [N, K/G, G] in -127..127
+    # On the grid, w/d is q to within bf16's rounding of w and of the block's largest |w| (2^-8 each, relative):
+    # |w/d - q| <= |q|·2^-7, which tells a grid from any other weight where |q| is small (off a grid, the misses
+    # spread over [0, 0.5]).
+    small = q.abs() <= 8
+    if ((blocks / step.clamp_min(1e-30) - q).abs()[small] > 9 * 2 ** -7).any():
+        return None
+    q = q.view(n // 16, 2, 8, k // 2, 2)  # tile, half, output, input pair, k in the pair
+    packed = q.permute(0, 3, 1, 2, 4).reshape(n // 16, k // 2, 32).to(torch.int8).contiguous()  # [N/16, K/2, 32]
+    scales = step[..., 0].half().view(n // 16, 16, k // Q4_GROUP).transpose(1, 2).contiguous()  # [N/16, K/G, 16]
+    return Q8(packed=packed, scales=scales, out_features=n)
+
+
+def tensor_bytes(weight: "torch.Tensor | Q4 | Q8") -> int:
+    """Bytes a weight occupies as held (a ``Q4``/``Q8``: its integers and scales)."""
+    if not isinstance(weight, (Q4, Q8)):
+        return weight.numel() * weight.element_size()
+    parts = [weight.packed, weight.scales, getattr(weight, "zeros", None)]
+    return sum(t.numel() * t.element_size() for t in parts if t is not None)
 
 
 def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
@@ -153,7 +236,8 @@ class LlamaStack(torch.nn.Module):
     output the LM head reads (transformers' ``hidden_states`` convention). ``k``/``v`` (capacity C ≥ S) are written
     in place at ``slots``; attention reads slots [0, S). Everything between the GEMMs runs in the cache's dtype (fp32
     for a bf16 model on the CPU: ``Engine.kv_dtype``), the residual stream included; a GEMM's input alone is cast to
-    the model's dtype, and the hidden states come back in it.
+    the model's dtype (the engine's 4-bit kernel rounds it to bf16 inside and gives fp32: no cast around it), and the
+    hidden states come back in the model's dtype.
     """
 
     def __init__(self, shape: Shape, rotary: torch.nn.Module):
@@ -172,6 +256,7 @@ class LlamaStack(torch.nn.Module):
         self.norm = None  # final norm weight [H]
         self.packed: dict[str, list[torch.Tensor | Q4]] | None = None  # prepacked weights (``prepack``)
         self.four_bit = False  # whether ``prepack`` holds the weights that lie on a 4-bit grid as 4-bit integers
+        self.layer_weights: list[list[torch.Tensor]] | None = None  # for ``kernel.llama_layer`` (``prepack``)
         self.sources: list[torch.Tensor] = []  # the model's projection Parameters the fused weights view
 
     @classmethod
@@ -218,6 +303,7 @@ class LlamaStack(torch.nn.Module):
         self.four_bit = four_bit
         self.packed = {name: [(four_bit and q4_pack(w)) or prepack(w) for w in getattr(self, name)]
                        for name in PACKED}
+        self.layer_weights = self._layer_weights()
         self._packed_versions = self._versions()
         return True
 
@@ -229,14 +315,52 @@ class LlamaStack(torch.nn.Module):
         held = [w for ws in self.packed.values() for w in ws]
         return sum(isinstance(w, Q4) for w in held) / len(held)
 
+    @property
+    def held_bytes(self) -> int:
+        """Bytes of the projection weights as held (4-bit where packed so, with their scales), the norms included: what
+        a decode step reads of the stack."""
+        held = [w for ws in self.packed.values() for w in ws] if self.packed else [
+            w for name in PACKED for w in getattr(self, name)]
+        norms = [*self.attn_norm, *self.mlp_norm, *self.q_norm, *self.k_norm, *self.bqkv, self.norm]
+        return sum(tensor_bytes(w) for w in held + norms)
+
+    @property
+    def four_bit_kernel(self) -> str | None:
+        """Which kernel reads the 4-bit weights: "specrepro" (``kernels.cpp``), "torch", both (a model whose
+        widths are not all multiples of 32), or None when none is 4-bit."""
+        kernels = sorted({w.kernel for ws in (self.packed or {}).values() for w in ws if isinstance(w, Q4)})
+        return " and ".join(kernels) or None
+
     def _versions(self) -> tuple[int, ...]:
         """The version counters of the model's own projection Parameters, which an optimizer step on the model (an
         online draft) bumps. (Not the fused tensors': a view set through ``.data`` counts its own versions.)"""
         return tuple(w._version for w in self.sources)
 
+    def _one_op_layer(self, x: torch.Tensor, k: torch.Tensor):
+        """``kernel.llama_layer`` where it can run every layer: fp32 on the CPU, every projection on the engine's own
+        4-bit kernel, no q/k/v biases (Qwen2) or per-head q/k norms (Qwen3); else None (the loop of ops below)."""
+        if (self.layer_weights is None or x.device.type != "cpu" or x.dtype != torch.float32 or not k.is_contiguous()
+                or torch.compiler.is_compiling()):
+            return None
+        from .kernel import llama_layer
+        return llama_layer()
+
+    def _layer_weights(self) -> list[list[torch.Tensor]] | None:
+        """Each layer's (packed, d, z) of wqkv, wo, w_gate_up and w_down for ``kernel.llama_layer``, where every
+        projection is a ``Q4`` of the engine's kernel and the layer has neither biases nor q/k norms."""
+        if self.packed is None or len(self.bqkv) or self.shape.qk_norm:
+            return None
+        layers = [[self.packed[name][i] for name in PACKED] for i in range(self.shape.n_layers)]
+        if not all(isinstance(w, Q4) and w.kernel == "specrepro" for ws in layers for w in ws):
+            return None
+        return [[t for w in ws for t in (w.packed, w.scales, w.zeros)] for ws in layers]
+
     def _linear(self, x: torch.Tensor, name: str, i: int, bias: torch.Tensor | None = None) -> torch.Tensor:
+        """x (any float dtype) through weight ``name`` of layer i: the input is cast to the weight's dtype, except
+        for the engine's 4-bit kernel, which takes and gives fp32 (``Q4``)."""
         if self.packed is None:
-            return F.linear(x, getattr(self, name)[i], bias)
+            weight = getattr(self, name)[i]
+            return F.linear(x.to(weight.dtype), weight, bias)
         return packed_linear(x, self.packed[name][i], bias)
 
     def forward(self, x: torch.Tensor, positions: torch.Tensor, slots: torch.Tensor, mask: torch.Tensor,
@@ -245,16 +369,29 @@ class LlamaStack(torch.nn.Module):
         if self.packed is not None and self._versions() != self._packed_versions:
             self.prepack(self.four_bit)  # the weights were trained in place since they were packed
         b, q_len, _ = x.shape
-        dtype, work = x.dtype, k.dtype  # the model's dtype (GEMM inputs); the cache's, which everything else runs in
+        dtype, work = x.dtype, k.dtype  # the model's dtype (the hidden states'); the cache's, which the rest runs in
         x = x.to(work)  # the residual stream
         cos, sin = self.rotary(x, positions)  # [B, Q, D] each
-        cos, sin = cos[:, None], _signed(sin[:, None])  # [B, 1, Q, D]
-        scores = _scores_mask(mask.to(work), s.n_kv_heads, s.n_heads // s.n_kv_heads)  # [B·Hkv, g·Q, S]
-        attended = scores.shape[-1]  # S
+        sin = _signed(sin)
+        mask = mask.to(work)
+        attended = mask.shape[-1]  # S
         attn_norm, mlp_norm, norm = self._norms(work)
+        rms = _rms_norm_for(x)
+        layer = self._one_op_layer(x, k)
+        if layer is not None:  # each layer as one op of the engine's (kernels.cpp), on its 4-bit weights
+            cos, sin, mask, states = cos.contiguous(), sin.contiguous(), mask.contiguous(), [x]
+            for i in range(s.n_layers):
+                x = layer(x, attn_norm[i], mlp_norm[i], s.eps, self.layer_weights[i], cos, sin, k[i], v[i], slots,
+                          attended, mask, s.n_heads)
+                states.append(x)
+            states[-1] = rms(x, norm, s.eps)
+            return torch.stack(states).to(dtype)  # [L+1, B, Q, H]
+        cos, sin = cos[:, None], sin[:, None]  # [B, 1, Q, D]
+        fused = _fused_attention_for(k)  # the engine's one-op attention, or None (torch's, over ``scores``)
+        scores = None if fused else _scores_mask(mask, s.n_kv_heads, s.n_heads // s.n_kv_heads)  # [B·Hkv, g·Q, S]
         states = [x]
         for i in range(s.n_layers):
-            h = F.rms_norm(x, x.shape[-1:], attn_norm[i], s.eps).to(dtype)
+            h = rms(x, attn_norm[i], s.eps)
             qkv = self._linear(h, "wqkv", i, self.bqkv[i] if len(self.bqkv) else None).to(work)  # [B, Q, (Hq+2Hkv)·D]
             if s.qk_norm:
                 q, key, val = qkv.split([s.q_width, s.kv_width, s.kv_width], dim=-1)
@@ -267,13 +404,16 @@ class LlamaStack(torch.nn.Module):
             val = qkv[..., s.q_width + s.kv_width:].view(b, q_len, s.n_kv_heads, s.head_dim).transpose(1, 2)
             k[i].index_copy_(2, slots, qk[:, s.n_heads:])  # the columns' entries, written by slot
             v[i].index_copy_(2, slots, val)
-            att = attention(qk[:, :s.n_heads], k[i, :, :, :attended], v[i, :, :, :attended], scores)  # [B, Q, Hq·D]
-            x = x + self._linear(att.to(dtype), "wo", i)
-            h = F.rms_norm(x, x.shape[-1:], mlp_norm[i], s.eps).to(dtype)
+            if fused:  # [B, Q, Hq·D]
+                att = fused(qk[:, :s.n_heads], k[i], v[i], attended, mask, s.head_dim ** -0.5)
+            else:
+                att = attention(qk[:, :s.n_heads], k[i, :, :, :attended], v[i, :, :, :attended], scores)
+            x = x + self._linear(att, "wo", i)
+            h = rms(x, mlp_norm[i], s.eps)
             gate, up = self._linear(h, "w_gate_up", i).chunk(2, dim=-1)  # [B, Q, I] each
             x = x + self._linear(F.silu(gate) * up, "w_down", i)
             states.append(x)
-        states[-1] = F.rms_norm(x, x.shape[-1:], norm, s.eps)
+        states[-1] = rms(x, norm, s.eps)
         return torch.stack(states).to(dtype)  # [L+1, B, Q, H]
 
     def _norms(self, dtype: torch.dtype) -> tuple[list[torch.Tensor], list[torch.Tensor], torch.Tensor]:
@@ -289,6 +429,24 @@ class LlamaStack(torch.nn.Module):
             cast = [p.detach().to(dtype) for p in params]
             self._norm_cast, self._norm_key = (cast[:n], cast[n:2 * n], cast[-1]), key
         return self._norm_cast
+
+
+def _rms_norm_for(x: torch.Tensor):
+    """The RMSNorm ``(x, w, eps) -> y`` for the residual stream ``x``: the engine's one-op kernel for fp32 on the CPU
+    (``kernel.rms_norm``; torch's is six ops there), else torch's."""
+    if x.device.type == "cpu" and x.dtype == torch.float32 and not torch.compiler.is_compiling():
+        from .kernel import rms_norm
+        if rms_norm() is not None:
+            return rms_norm()
+    return lambda x, w, eps: F.rms_norm(x, x.shape[-1:], w, eps)
+
+
+def _fused_attention_for(k: torch.Tensor):
+    """The engine's one-op attention (``kernel.attention``) for an fp32 cache on the CPU, else None."""
+    if k.device.type == "cpu" and k.dtype == torch.float32 and k.is_contiguous() and not torch.compiler.is_compiling():
+        from .kernel import attention as fused
+        return fused()
+    return None
 
 
 def _signed(sin: torch.Tensor) -> torch.Tensor:

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from .llama import LlamaStack, packed_linear, prepack, prepackable, unsupported
+from .llama import LlamaStack, packed_linear, prepack, prepackable, q8_pack, tensor_bytes, unsupported
 
 BUCKETS = (1, 2, 4, 8, 16, 32, 64)  # columns per forward
 SLOT_BLOCK = 256  # attended slots are rounded up to a multiple of this (compiled), and capacity grows by it
@@ -164,7 +164,16 @@ class Engine:
     def name(self) -> str:
         share = self.stack.four_bit_share
         weights = "" if share == 0 else ", 4-bit weights" if share == 1 else f", {share:.0%} of weights 4-bit"
+        weights += f" ({self.stack.four_bit_kernel}'s kernel)" if share else ""
         return f"specrepro engine ({'compiled' if self.compiled else 'eager'}{weights})"
+
+    @property
+    def held_bytes(self) -> int:
+        """Bytes of the weights a decode step reads as this engine holds them (the stack's and the head's; 4-bit and
+        8-bit where packed so): the bytes its bandwidth floor is about."""
+        head = self._head_fn if isinstance(self._head_fn, _Head) else None
+        return self.stack.held_bytes + tensor_bytes(head.packed if head is not None and head.packed is not None
+                                                    else self.head_weight)
 
     def columns(self, n: int) -> int:
         """Columns a forward of n runs: its bucket when compiled (a handful of graphs), n itself when eager (a
@@ -237,21 +246,24 @@ class _Head(torch.nn.Module):
         super().__init__()
         self.weight = torch.nn.Parameter(weight, requires_grad=False)
         self.packed = None
+        self.four_bit = False
 
     def prepack(self, four_bit: bool = False) -> bool:
-        """Reorder the head once for oneDNN (``LlamaStack.prepack``). ``four_bit`` is accepted for the same call as the
-        stack's and changes nothing: the head stays dense (the offline model's is Q8_0, not on a 4-bit grid, and the
-        one-row GEMV over the vocabulary is read once per step either way)."""
+        """Reorder the head once for oneDNN (``LlamaStack.prepack``); with ``four_bit`` (the engine that holds weights
+        as the GGUF's integers), a head on a Q8_0 grid (the offline model's) is held as 8-bit integers where the
+        engine's kernel runs (``q8_pack``: half the bytes of bf16). Returns whether it packed."""
         if not prepackable(self.weight):
             return False
-        self.packed, self._packed_version = prepack(self.weight), self.weight._version
+        self.four_bit = four_bit
+        self.packed = (four_bit and q8_pack(self.weight)) or prepack(self.weight)
+        self._packed_version = self.weight._version
         return True
 
     def forward(self, hidden: torch.Tensor) -> torch.Tensor:
         if self.packed is None:
             return torch.nn.functional.linear(hidden, self.weight)
         if self.weight._version != self._packed_version:  # (it shares the LM head's counter: an online draft's
-            self.prepack()  # update is seen here)
+            self.prepack(self.four_bit)  # update is seen here)
         return packed_linear(hidden, self.packed)
 
 

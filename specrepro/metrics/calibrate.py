@@ -47,6 +47,14 @@ def weight_bytes(model: torch.nn.Module) -> int:
     return sum({id(p): p.numel() * p.element_size() for p in model.parameters()}.values())
 
 
+def held_bytes(model: torch.nn.Module) -> int | None:
+    """Bytes of the weights one decode step reads as the engine holds them (4-bit and 8-bit where it packs a GGUF's
+    integers), None without an engine (then ``weight_bytes`` is what it reads)."""
+    from ..engine import engine_of
+    engine = engine_of(model)
+    return None if engine is None else engine.held_bytes
+
+
 def step_flops(model: torch.nn.Module) -> int:
     """FLOPs of the GEMMs of a one-token forward: 2 per weight of every linear layer, the LM head included (a tied
     head counts here though its bytes count once). Attention over the cache and the small ops are left out: at a few
@@ -133,6 +141,7 @@ def measure(target: torch.nn.Module, draft: torch.nn.Module | None, context: lis
                "versions": environment(), "git_revision": git_revision(),
                "busy_cores": busy_cores(), "load_average": list(os.getloadavg()),
                "bandwidth_bytes_s": memory_bandwidth(device), "weight_bytes": weight_bytes(target),
+               "held_bytes": held_bytes(target),
                "created_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
                "seconds": round(time.perf_counter() - t_start, 2)}
 

@@ -308,6 +308,15 @@ class Profile:
         return m["weight_bytes"] / m["bandwidth_bytes_s"] if m.get("bandwidth_bytes_s") else None
 
     @property
+    def held_floor_s(self) -> float | None:
+        """The bandwidth floor of the bytes the engine holds (4-bit and 8-bit weights where it packs them), None where
+        not recorded or the same as ``floor_s``."""
+        m = self.machine
+        if not m.get("held_bytes") or not m.get("bandwidth_bytes_s") or m["held_bytes"] >= m["weight_bytes"]:
+            return None
+        return m["held_bytes"] / m["bandwidth_bytes_s"]
+
+    @property
     def compute_floor_s(self) -> float | None:
         """The compute floor of a one-token step: its GEMM FLOPs ÷ the measured GEMM rate in this dtype
         (``gemm_roofline``); a forward over n tokens needs n times it. None where not measured (bench sessions and

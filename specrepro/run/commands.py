@@ -406,6 +406,10 @@ def print_profile(dtype: str, p) -> None:
         print(f"{dtype}: bandwidth floor {1e3 * p.floor_s:.1f} ms per decode step ({m['weight_bytes'] / 1e6:.0f} MB "
               f"of weights ÷ {m['bandwidth_bytes_s'] / 1e9:.1f} GB/s copy bandwidth): L_fp(1) is "
               f"{p.decode_s / p.floor_s:.1f}x the floor")
+    if p.held_floor_s is not None:
+        print(f"{dtype}: as the engine holds them ({m['held_bytes'] / 1e6:.0f} MB: 4-bit and 8-bit where the GGUF's "
+              f"integers are), the weights' floor is {1e3 * p.held_floor_s:.1f} ms: L_fp(1) is "
+              f"{p.decode_s / p.held_floor_s:.1f}x it")
     if p.compute_floor_s is not None:
         ridge = f"; beyond n ≈ {p.floor_s / p.compute_floor_s:.0f} tokens a forward is compute-bound" if p.floor_s else ""
         threads = f"{m['gemm_threads']} thread{'s' if m['gemm_threads'] != 1 else ''}"
