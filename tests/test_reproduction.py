@@ -16,6 +16,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "notebooks"))
 import claims  # noqa: E402
+from specrepro.metrics.verdict import combine  # noqa: E402
 import reproduction as rp  # noqa: E402
 from claims import mentored_blog, mjsd, ppd, slides, survey_blog  # noqa: E402
 
@@ -268,8 +269,6 @@ def report_rows_decided_by(text: str) -> list[tuple[str, str, list[str]]]:
     return found
 
 
-def together(verdicts: list[str]) -> str:
-    return "fails" if "fails" in verdicts else "holds" if set(verdicts) == {"holds"} else "undecided, n too small"
 
 
 @needs_figures
@@ -281,7 +280,7 @@ def test_the_committed_reports_agree_claim_by_claim():
     assert len(rows) >= 6 and len(verdicts) >= 10
     for item, verdict, ids in rows:
         assert ids and set(ids) <= set(verdicts), (item, ids)
-        assert verdict == rp.FROM_NOTEBOOK[together([verdicts[i] for i in ids])], (item, verdict, ids)
+        assert verdict == rp.FROM_NOTEBOOK[combine([verdicts[i] for i in ids])], (item, verdict, ids)
     named = {i for c in claims.CLAIMS for i in c.decided_by}
     assert named == {i for _, _, ids in rows for i in ids}  # every decided_by row is rendered as such
 

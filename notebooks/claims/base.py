@@ -24,15 +24,17 @@ from fractions import Fraction
 from pathlib import Path
 from typing import Callable
 
+from specrepro.metrics.verdict import FAILS, HOLDS, UNDECIDED as NOTEBOOK_UNDECIDED, combine
+
 
 # Verdicts a judge gives. UNDECIDED is ``specrepro.metrics.verdict``'s word: the measurement cannot tell (its interval
 # straddles the criterion, or too few prompts or sizes were measured); NOT_COMPARABLE is for a document that prints
 # nothing to compare, or describes other data.
-REPRODUCED, NOT_REPRODUCED, UNDECIDED = "reproduced", "not reproduced", "undecided, n too small"
+REPRODUCED, NOT_REPRODUCED, UNDECIDED = "reproduced", "not reproduced", NOTEBOOK_UNDECIDED  # (the same words)
 NOT_COMPARABLE, NO_RESULT = "not comparable", "no result"
 VERDICTS = (REPRODUCED, NOT_REPRODUCED, UNDECIDED, NOT_COMPARABLE, NO_RESULT)
 # The notebooks' verdicts (``figures/VERDICTS.md``) and the report's verdict each stands for.
-FROM_NOTEBOOK = {"holds": REPRODUCED, "fails": NOT_REPRODUCED, "undecided, n too small": UNDECIDED}
+FROM_NOTEBOOK = {HOLDS: REPRODUCED, FAILS: NOT_REPRODUCED, NOTEBOOK_UNDECIDED: UNDECIDED}
 
 FP32_NO_INTERVAL = "fp32 measurement with fixed seeds; the CSV carries no interval or count"
 
@@ -240,7 +242,7 @@ def decided(t: Tables, *claims: str) -> Decision:
     if missing:
         raise Unreadable(f"no notebook's verdicts.csv has a row for {', '.join(missing)}")
     verdicts = [rows[c]["verdict"] for c in claims]
-    together = "fails" if "fails" in verdicts else "holds" if set(verdicts) == {"holds"} else "undecided, n too small"
+    together = combine(verdicts)
     text = "; ".join(f"{c}: {float(rows[c]['estimate']):.3g} [{float(rows[c]['low']):.3g}, "
                      f"{float(rows[c]['high']):.3g}] ({rows[c]['n']}) {rows[c]['verdict']}" for c in claims)
     deciding = [c for c in claims if rows[c]["verdict"] == together] or list(claims[:1])

@@ -30,7 +30,7 @@ VERDICTS = (HOLDS, FAILS, UNDECIDED)
 MIN_PROMPTS = 5  # fewer prompts: a bootstrap interval takes only a few values and says nothing; undecided
 
 __all__ = ["FAILS", "HOLDS", "LEVEL", "MIN_PROMPTS", "UNDECIDED", "VERDICTS", "Verdict", "all_of", "at_least",
-           "at_most", "decide", "paired_bootstrap"]
+           "at_most", "combine", "decide", "paired_bootstrap"]
 
 
 @dataclass(frozen=True)
@@ -83,13 +83,17 @@ def at_most(claim: str, statement: str, n: str, estimate: float, interval, thres
     return Verdict(claim, statement, n, float(estimate), low, high, float(threshold), verdict, rule)
 
 
+def combine(verdicts: list[str]) -> str:
+    """The verdict of a conjunction of verdicts: fails if any fails, holds if every one holds, else undecided."""
+    return FAILS if FAILS in verdicts else HOLDS if set(verdicts) == {HOLDS} else UNDECIDED
+
+
 def all_of(claim: str, statement: str, parts: list[Verdict], rule: str = "") -> Verdict:
     """A conjunction: holds if every part holds, fails if any fails, else undecided. It reports the first part's
     estimate and interval (the one the statement leads with)."""
     if not parts:
         raise ValueError("all_of needs at least one part")
-    verdicts = {p.verdict for p in parts}
-    verdict = FAILS if FAILS in verdicts else HOLDS if verdicts == {HOLDS} else UNDECIDED
+    verdict = combine([p.verdict for p in parts])
     lead = parts[0]
     rule = rule or "holds if every part holds: " + "; ".join(f"{p.claim} {p.verdict}" for p in parts)
     return Verdict(claim, statement, lead.n, lead.estimate, lead.low, lead.high, lead.threshold, verdict, rule)
