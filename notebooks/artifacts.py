@@ -258,6 +258,7 @@ def marks_of(folder: Path) -> dict[str, dict]:
 # What a notebook's artifacts depend on besides the notebook itself: a change here after the commit a notebook ran at
 # makes its artifacts stale.
 CODE = ("notebooks/artifacts.py", "specrepro", "simulations")
+NOT_CODE = ":(exclude)*.md"  # (a git pathspec) the READMEs beside the code: prose, not what a notebook calls
 _REVISION = re.compile(r"git_revision: ([0-9a-f]{7,40})")
 
 
@@ -273,8 +274,8 @@ def staleness(figures: Path, executed: Path, root: Path) -> list[dict]:
         revision, changed = (found.group(1) if found else None), []
         if revision is not None:
             notebook = f"notebooks/{run.stem.split('-')[0]}.ipynb"
-            diff = subprocess.run(["git", "diff", "--name-only", revision, "HEAD", "--", notebook, *CODE], cwd=root,
-                                  capture_output=True, text=True)
+            diff = subprocess.run(["git", "diff", "--name-only", revision, "HEAD", "--", notebook, *CODE, NOT_CODE],
+                                  cwd=root, capture_output=True, text=True)
             changed = diff.stdout.split() if diff.returncode == 0 else [f"(git cannot compare {revision} with HEAD)"]
         rows.append({"folder": folder.name, "executed": run.name if run else None, "revision": revision,
                      "changed": changed, "marks": marks_of(folder)})
@@ -285,8 +286,9 @@ def staleness_lines(rows: list[dict]) -> list[str]:
     """The reproduction report's section on stale artifacts, from :func:`staleness`."""
     lines = ["## Stale artifacts", "",
              "An artifact is stale when its notebook's last run failed (STALE), when it was made from a tree with "
-             "uncommitted changes (DRAFT), or when the notebook or the code it calls (`" + "`, `".join(CODE) + "`) "
-             "changed after the commit its executed notebook names: then `make figures ONLY=<notebook>` remakes it.",
+             "uncommitted changes (DRAFT), or when the notebook or the code it calls (`" + "`, `".join(CODE) + "`, "
+             "their READMEs aside) changed after the commit its executed notebook names: then "
+             "`make figures ONLY=<notebook>` remakes it.",
              ""]
     stale = [r for r in rows if r["changed"] or r["marks"] or r["revision"] is None]
     if not stale:

@@ -90,7 +90,8 @@ def test_writing_the_committed_figures_from_an_uncommitted_tree_is_refused(monke
 
 def test_staleness_names_the_code_changed_since_the_commit_a_notebook_ran(tmp_path):
     """In a scratch git repository: the artifacts of a notebook run at the first commit are stale once specrepro/
-    changes, with the file named; those of a run at HEAD are not; a STALE mark is listed either way."""
+    changes, with the file named (a README beside the code is prose, not named); those of a run at HEAD are not; a
+    STALE mark is listed either way."""
     import subprocess
 
     from artifacts import mark, staleness, staleness_lines
@@ -101,11 +102,13 @@ def test_staleness_names_the_code_changed_since_the_commit_a_notebook_ran(tmp_pa
     repo = tmp_path / "repo"
     (repo / "specrepro").mkdir(parents=True)
     (repo / "specrepro" / "a.py").write_text("x = 1\n")
+    (repo / "specrepro" / "README.md").write_text("one\n")
     git("init", "-q")
     git("add", "-A")
     git("commit", "-qm", "one")
     first = git("rev-parse", "HEAD")
     (repo / "specrepro" / "a.py").write_text("x = 2\n")
+    (repo / "specrepro" / "README.md").write_text("two\n")
     git("commit", "-qam", "two")
     head = git("rev-parse", "HEAD")
     figures, executed = tmp_path / "figures", tmp_path / "executed"

@@ -20,6 +20,7 @@ flags, torch's version and the CPU's flags: every later process loads it from th
 from __future__ import annotations
 
 import contextlib
+import functools
 import hashlib
 import os
 import platform
@@ -88,8 +89,10 @@ def choice() -> str:
     return value
 
 
+@functools.cache
 def cpu_flags() -> frozenset[str]:
-    """The CPU's flags as /proc/cpuinfo lists them (empty where there is none)."""
+    """The CPU's flags as /proc/cpuinfo lists them (empty where there is none), read once per process (the engine
+    asks at every forward)."""
     info = Path("/proc/cpuinfo")
     for line in (info.read_text().splitlines() if info.exists() else []):
         if line.startswith("flags"):

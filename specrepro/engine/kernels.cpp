@@ -159,6 +159,29 @@ void attend_row(const float* q, const float* k, const float* v, const float* m, 
   for (int64_t d = 0; d < D; ++d) o[d] *= inv;
 }
 
+struct Strides {  // of a query row, in floats: per batch row, per query column, per query head
+  int64_t b, q, h;
+};
+struct Shape {  // batch rows, query columns, query heads, k/v heads, cache slots, attended slots, head dim
+  int64_t B, Q, Hq, Hkv, C, S, D;
+};
+
+// Every (b, qi, h) of a layer: attend_row over k/v head h / (Hq / Hkv) of row b's cache [B, Hkv, C, D] with mask row
+// mask[b, 0, qi, :S], into out [B, Q, Hq * D]. The standalone op and the whole layer share it.
+void attend_all(const float* q, Strides qs, const float* k, const float* v, const float* mask, float* out, Shape s,
+                float scale) {
+  const int64_t g = s.Hq / s.Hkv;
+  at::parallel_for(0, s.B * s.Q * s.Hq, 1, [&](int64_t i0, int64_t i1) {
+    std::vector<float> p(s.S);
+    for (int64_t i = i0; i < i1; ++i) {
+      const int64_t r = i / s.Hq, h = i % s.Hq, b = r / s.Q, qi = r % s.Q;
+      const int64_t kv = (b * s.Hkv + h / g) * s.C * s.D;
+      attend_row(q + b * qs.b + qi * qs.q + h * qs.h, k + kv, v + kv, mask + r * s.S, s.S, s.D, scale, p.data(),
+                 out + r * s.Hq * s.D + h * s.D);
+    }
+  });
+}
+
 // Grouped-query attention over the first S slots of a layer's cache, all fp32:
 //   q [B, Hq, Q, D], k and v [B, Hkv, C, D] (C >= S; contiguous), mask [B, 1, Q, S] additive (0 or -inf)
 //   -> [B, Q, Hq * D]: softmax(q k^T * scale + mask) v per query head, its k/v head h / (Hq / Hkv).
@@ -175,25 +198,9 @@ torch::Tensor attention(const torch::Tensor& q, const torch::Tensor& k, const to
   const int64_t B = q.size(0), Hq = q.size(1), Q = q.size(2), D = q.size(3), Hkv = k.size(1), C = k.size(2);
   TORCH_CHECK(k.size(0) == B && k.size(3) == D && Hq % Hkv == 0 && S <= C && S >= 1, "shapes do not agree");
   TORCH_CHECK(mc.size(0) == B && mc.size(1) == 1 && mc.size(2) == Q && mc.size(3) == S, "mask: [B, 1, Q, S]");
-  const int64_t g = Hq / Hkv;
   auto out = torch::empty({B, Q, Hq * D}, q.options());
-  const float* Qp = qc.data_ptr<float>();
-  const float* Kp = k.data_ptr<float>();
-  const float* Vp = v.data_ptr<float>();
-  const float* Mp = mc.data_ptr<float>();
-  float* Op = out.data_ptr<float>();
-  const float sc = static_cast<float>(scale);
-  at::parallel_for(0, B * Hq * Q, 1, [&](int64_t r0, int64_t r1) {
-    std::vector<float> p(S);
-    for (int64_t r = r0; r < r1; ++r) {
-      const int64_t b = r / (Hq * Q), h = (r / Q) % Hq, qi = r % Q;
-      const float* qr = Qp + r * D;
-      const float* kh = Kp + (b * Hkv + h / g) * C * D;
-      const float* vh = Vp + (b * Hkv + h / g) * C * D;
-      const float* m = Mp + (b * Q + qi) * S;
-      attend_row(qr, kh, vh, m, S, D, sc, p.data(), Op + (b * Q + qi) * Hq * D + h * D);
-    }
-  });
+  attend_all(qc.data_ptr<float>(), {Hq * Q * D, D, Q * D}, k.data_ptr<float>(), v.data_ptr<float>(),
+             mc.data_ptr<float>(), out.data_ptr<float>(), {B, Q, Hq, Hkv, C, S, D}, static_cast<float>(scale));
   return out;
 }
 
@@ -404,18 +411,8 @@ torch::Tensor llama_layer(const torch::Tensor& x, const torch::Tensor& attn_norm
     }
   }
   auto att = torch::empty({B, Q, Hq * D}, x.options());
-  float* A = att.data_ptr<float>();
-  const float* Mp = mask.data_ptr<float>();
-  const int64_t g = Hq / Hkv;
-  const float scale = 1.0f / std::sqrt(static_cast<float>(D));
-  at::parallel_for(0, B * Q * Hq, 1, [&](int64_t i0, int64_t i1) {
-    std::vector<float> p(S);
-    for (int64_t i = i0; i < i1; ++i) {
-      const int64_t r = i / Hq, h = i % Hq, b = r / Q;
-      const int64_t kv = (b * Hkv + h / g) * C * D;
-      attend_row(P + r * width + h * D, Kc + kv, Vc + kv, Mp + r * S, S, D, scale, p.data(), A + r * Hq * D + h * D);
-    }
-  });
+  attend_all(P, {Q * width, width, D}, Kc, Vc, mask.data_ptr<float>(), att.data_ptr<float>(), {B, Q, Hq, Hkv, C, S, D},
+             1.0f / std::sqrt(static_cast<float>(D)));
   auto y = q4_mm(att, w[3], w[4], w[5]);  // [B, Q, H]
   float* X1 = y.data_ptr<float>();
   const float* X0 = x.data_ptr<float>();

@@ -25,7 +25,7 @@ import torch.nn.functional as F
 
 # transformers classes whose decoder layers this forward reproduces (checked against the reference in tests).
 PACKED = ("wqkv", "wo", "w_gate_up", "w_down")  # the weights prepacked for oneDNN (or as 4-bit integers) on the CPU
-Q4_GROUP = 32  # inputs per 4-bit group: a GGUF Q4_1 block
+BLOCK = 32  # inputs per block of a GGUF's Q4_1 and Q8_0 weights: one scale (and zero) each
 # Row counts that the 4-bit kernel runs faster as two calls: it has a path for at most 4 rows, about 2x cheaper per
 # row than its general one (the 120 GEMMs of a step on the Zen 4 EPYC: 7.7 ms at 4 rows, 13.9 ms at 5 or 6, 14.1 at 8)
 Q4_SPLIT = {5: 4, 6: 4}
@@ -93,7 +93,7 @@ def packed_linear(x: torch.Tensor, packed: "torch.Tensor | Q4 | Q8", bias: torch
 
 @dataclass(frozen=True)
 class Q4:
-    """A weight [N, K] held as 4-bit integers q with a scale d and a zero z per group of ``Q4_GROUP`` inputs,
+    """A weight [N, K] held as 4-bit integers q with a scale d and a zero z per group of ``BLOCK`` inputs,
     w = d·q + z: the GGUF's own Q4_1 blocks (w = d·q + m). Two kernels read it:
 
     - the engine's own (``kernel.q4_mm``, ``kernels.cpp``; a CPU with AVX-512 BF16): d and z in fp16 (the GGUF's
@@ -130,7 +130,16 @@ class Q4:
         return y if bias is None else y + bias
 
     def _mm(self, rows: torch.Tensor) -> torch.Tensor:
-        return torch.ops.aten._weight_int4pack_mm_for_cpu(rows, self.packed, Q4_GROUP, self.scales)
+        return torch.ops.aten._weight_int4pack_mm_for_cpu(rows, self.packed, BLOCK, self.scales)
+
+
+def _blocks(weight: torch.Tensor) -> torch.Tensor | None:
+    """``weight`` [N, K] as fp32 blocks [N, K/G, G] of ``BLOCK`` inputs, or None where it cannot be packed (K not a
+    multiple of the block, N not of 16, or ``prepackable`` says no)."""
+    n, k = weight.shape
+    if k % BLOCK or n % 16 or not prepackable(weight):
+        return None
+    return weight.detach().float().view(n, k // BLOCK, BLOCK)
 
 
 def q4_pack(weight: torch.Tensor) -> Q4 | None:
@@ -138,10 +147,10 @@ def q4_pack(weight: torch.Tensor) -> Q4 | None:
     else for torch's, or None where it does not lie on a 4-bit grid per group of 32 inputs, to within the rounding
     of its bf16 values (a GGUF's Q4_1 weights, dequantised, do: every element of a block is min + q·(max - min)/15;
     any other weight misses the grid by up to a 30th of its block's range)."""
-    n, k = weight.shape
-    if k % Q4_GROUP or n % 16 or not prepackable(weight):
+    blocks = _blocks(weight)
+    if blocks is None:
         return None
-    blocks = weight.detach().float().view(n, k // Q4_GROUP, Q4_GROUP)  # [N, K/G, G]
+    n, k = weight.shape
     low = blocks.amin(-1, keepdim=True)
     step = (blocks.amax(-1, keepdim=True) - low) / 15
     q = ((blocks - low) / step.clamp_min(1e-30)).round()  # [N, K/G, G] in 0..15 (0 where a block is constant)
@@ -170,7 +179,7 @@ def _ours(q: torch.Tensor, d: torch.Tensor, z: torch.Tensor) -> Q4:
 
 @dataclass(frozen=True)
 class Q8:
-    """A weight [N, K] held as 8-bit integers q with a scale d per group of ``Q4_GROUP`` inputs, w = d·q: a GGUF's
+    """A weight [N, K] held as 8-bit integers q with a scale d per group of ``BLOCK`` inputs, w = d·q: a GGUF's
     Q8_0 blocks (the offline model's LM head, 56 MB in bf16, 30 MB so), read by the engine's ``q8_mm`` (the input
     rounded to bf16 inside, as a bf16 ``F.linear`` reads it; fp32 out; d in fp16, as the GGUF's). A row's output is
     the same bit for bit whatever the rows beside it."""
@@ -190,10 +199,10 @@ def q8_pack(weight: torch.Tensor) -> Q8 | None:
     weights, dequantised, do), else None. (Within bf16's rounding, the 255 levels of a block hide among its
     representable values but for the small |q|, which is where the check looks.)"""
     from .kernel import q8_mm
-    n, k = weight.shape
-    if k % Q4_GROUP or n % 16 or not prepackable(weight) or q8_mm() is None:
+    blocks = _blocks(weight)
+    if blocks is None or q8_mm() is None:
         return None
-    blocks = weight.detach().float().view(n, k // Q4_GROUP, Q4_GROUP)  # [N, K/G, G]
+    n, k = weight.shape
     step = blocks.abs().amax(-1, keepdim=True) / 127
     q = (blocks / step.clamp_min(1e-30)).round()  # [N, K/G, G] in -127..127
     # On the grid, w/d is q to within bf16's rounding of w and of the block's largest |w| (2^-8 each, relative):
@@ -204,7 +213,7 @@ def q8_pack(weight: torch.Tensor) -> Q8 | None:
         return None
     q = q.view(n // 16, 2, 8, k // 2, 2)  # tile, half, output, input pair, k in the pair
     packed = q.permute(0, 3, 1, 2, 4).reshape(n // 16, k // 2, 32).to(torch.int8).contiguous()  # [N/16, K/2, 32]
-    scales = step[..., 0].half().view(n // 16, 16, k // Q4_GROUP).transpose(1, 2).contiguous()  # [N/16, K/G, 16]
+    scales = step[..., 0].half().view(n // 16, 16, k // BLOCK).transpose(1, 2).contiguous()  # [N/16, K/G, 16]
     return Q8(packed=packed, scales=scales, out_features=n)
 
 
