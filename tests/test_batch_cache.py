@@ -128,3 +128,30 @@ def test_a_model_without_position_ids_cannot_batch(tiny_pair_64):
 
     with pytest.raises(ValueError, match="NoPositions.forward does not take"):
         BatchCache(NoPositions(), 2)
+
+
+def test_ragged_prompts_prefill_row_by_row_as_the_batch_would(tiny_pair_64, monkeypatch):
+    """Prompts of very unequal lengths (mostly padding as one forward) run one row at a time over their own columns,
+    into the slots the batched forward writes: the same logits and entries as that forward and as batch 1."""
+    from specrepro.core import batch_cache
+    from specrepro.engine import session
+    target, _ = tiny_pair_64
+    g = torch.Generator().manual_seed(0)
+    ids = [torch.randint(0, 64, (n,), generator=g).tolist() for n in (3, 40, 9)]
+    trees = [(torch.tensor([5, 6]), torch.tensor([-1, 0]))] * 3
+    calls = []
+    monkeypatch.setattr(batch_cache, "run_rows", lambda *a: calls.append(a[-1]) or session.run_rows(*a))
+    out = {}
+    for share in (0.75, 0.0):  # the default; 0: one forward always
+        monkeypatch.setattr(batch_cache, "ROW_BY_ROW_SHARE", share)
+        cache = BatchCache(target, 3)
+        first, _ = cache.score(ids)
+        cache.keep([[] for _ in ids])
+        step = [row + [int(first[b, -1].argmax())] for b, row in enumerate(ids)]
+        out[share] = (first[:, -1], cache.score(step, trees)[0])
+        assert_rows_fresh(target, out[share][1], step, trees)
+        cache.keep([[] for _ in ids])
+        assert_entries_are_batch1(target, cache)
+    assert calls == [[(37, 40), (0, 40), (31, 40)]]  # the prefill only: a step of 3 columns is one forward
+    for rows, batched in zip(out[0.75], out[0.0]):
+        torch.testing.assert_close(rows, batched, atol=1e-5, rtol=1e-5)

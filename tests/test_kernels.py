@@ -140,3 +140,21 @@ def engine_rows_of(model, ids: list[int]) -> torch.Tensor:
     for t in range(9, len(ids) + 1):
         rows.append(cm.logits_for(ids[:t]))
     return torch.cat(rows)
+
+
+@gemms
+@pytest.mark.slow
+def test_a_ragged_batch_prefilled_row_by_row_is_the_batched_forward_bit_for_bit(monkeypatch):
+    """The offline model on the kernels, bf16: prompts of 12 to 150 tokens prefilled together one row at a time
+    give the logits of one forward over the padded batch, and of each row alone, exactly."""
+    from specrepro.core import batch_cache
+    from specrepro.engine.models import load_model
+    model = load_model("smollm2-135m-instruct", dtype="bfloat16").model
+    g = torch.Generator().manual_seed(0)
+    ids = [torch.randint(100, 40000, (n,), generator=g).tolist() for n in (12, 150, 40)]
+    last = {}
+    for share in (0.75, 0.0):  # the default (row by row here); 0: one forward
+        monkeypatch.setattr(batch_cache, "ROW_BY_ROW_SHARE", share)
+        last[share] = batch_cache.BatchCache(model, 3).score(ids)[0][:, -1]
+    alone = torch.stack([batch_cache.BatchCache(model, 1).score([row])[0][0, -1] for row in ids])
+    assert torch.equal(last[0.75], last[0.0]) and torch.equal(last[0.75], alone)

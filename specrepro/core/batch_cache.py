@@ -38,7 +38,14 @@ from transformers.cache_utils import DynamicLayer
 from . import tree
 from ..engine import SLOT_BLOCK, engine_of
 from ..engine.session import run as engine_run
+from ..engine.session import run_rows
 from .kvcache import TREE_ATTENTION, common_prefix, drop_last
+
+
+# A forward whose rows are mostly padding (ragged prompts prefilled together) runs row by row: at least this many
+# columns, and real columns at most this share of B x Q.
+ROW_BY_ROW_COLUMNS = 16
+ROW_BY_ROW_SHARE = 0.75
 
 
 @dataclass(frozen=True)
@@ -121,8 +128,8 @@ class BatchCache:
         n = max(t.numel() for t in tokens)
         input_ids, positions, allowed = self._inputs(new, tokens, parents, m, n)
         if self.engine is not None:
-            states = engine_run(self.engine, self.kv, input_ids, positions, allowed,
-                                self._slots)[-1]  # [B, Q, H] the final-norm output
+            spans = [None if row is None else (m - len(row), m + tokens[b].numel()) for b, row in enumerate(new)]
+            states = self._engine_states(input_ids, positions, allowed, spans)  # [B, Q, H] the final-norm output
             self._slots += m + n
             logits = self.engine.logits(states[:, -(n + 1):])  # [B, N+1, V]
         else:
@@ -139,6 +146,18 @@ class BatchCache:
                                    tokens=tuple(tuple(t.tolist()) for t in tokens), parents=tuple(parents))
         hidden = states[:, m - 1:] if output_hidden else None  # [B, N+1, H]
         return logits, hidden
+
+    def _engine_states(self, input_ids: torch.Tensor, positions: torch.Tensor, allowed: torch.Tensor,
+                       spans: list[tuple[int, int] | None]) -> torch.Tensor:
+        """The engine's final-norm output [B, Q, H] for ``_inputs``' columns; ``spans[b]`` = (first, end): row b's
+        real columns (None: the row sits out). One forward of B x Q columns, or, where padding would be most of
+        them (ragged prompts prefilled together), one forward per row over its real columns alone
+        (``engine.session.run_rows``): the same numbers either way."""
+        b_size, q = input_ids.shape
+        real = sum(end - first for first, end in filter(None, spans))
+        if b_size == 1 or q < ROW_BY_ROW_COLUMNS or real > ROW_BY_ROW_SHARE * b_size * q:
+            return engine_run(self.engine, self.kv, input_ids, positions, allowed, self._slots)[-1]
+        return run_rows(self.engine, self.kv, input_ids, positions, allowed, self._slots, spans)
 
     def _inputs(self, new: list[tuple[int, ...] | None], tokens: list[torch.Tensor], parents: list[torch.Tensor],
                 m: int, n: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:

@@ -348,7 +348,7 @@ class LlamaStack(torch.nn.Module):
     def _one_op_layer(self, x: torch.Tensor, k: torch.Tensor):
         """``kernel.llama_layer`` where it can run every layer: fp32 on the CPU, every projection on the engine's own
         4-bit kernel, no q/k/v biases (Qwen2) or per-head q/k norms (Qwen3); else None (the loop of ops below)."""
-        if (self.layer_weights is None or x.device.type != "cpu" or x.dtype != torch.float32 or not k.is_contiguous()
+        if (self.layer_weights is None or x.device.type != "cpu" or x.dtype != torch.float32 or not k[0].is_contiguous()
                 or torch.compiler.is_compiling()):
             return None
         from .kernel import llama_layer
@@ -451,8 +451,10 @@ def _rms_norm_for(x: torch.Tensor):
 
 
 def _fused_attention_for(k: torch.Tensor):
-    """The engine's one-op attention (``kernel.attention``) for an fp32 cache on the CPU, else None."""
-    if k.device.type == "cpu" and k.dtype == torch.float32 and k.is_contiguous() and not torch.compiler.is_compiling():
+    """The engine's one-op attention (``kernel.attention``) for an fp32 cache on the CPU whose layers are contiguous
+    (a row's view of a batch's cache is), else None."""
+    if (k.device.type == "cpu" and k.dtype == torch.float32 and k[0].is_contiguous()
+            and not torch.compiler.is_compiling()):
         from .kernel import attention as fused
         return fused()
     return None

@@ -56,6 +56,7 @@ class StaticKV:
     def __init__(self, stack: LlamaStack, batch: int, capacity: int, dtype: torch.dtype, device: torch.device):
         s = stack.shape
         self.batch = batch
+        self.parent: StaticKV | None = None  # the cache this one is a row of (``row``)
         shape = (s.n_layers, batch, s.n_kv_heads, _round(capacity), s.head_dim)
         self.k = torch.zeros(shape, dtype=dtype, device=device)
         self.v = torch.zeros(shape, dtype=dtype, device=device)
@@ -68,6 +69,8 @@ class StaticKV:
         """Make room for ``slots`` slots (a copy into a larger buffer when C is too small)."""
         if slots <= self.capacity:
             return
+        if self.parent is not None:
+            raise ValueError(f"a row's view of a cache cannot grow to {slots} slots: reserve the cache first")
         grown = _round(max(slots, 2 * self.capacity))
         for name in ("k", "v"):
             old = getattr(self, name)
@@ -84,6 +87,13 @@ class StaticKV:
         """Each layer's keys and values over slots [0, slots), [B, Hkv, slots, D], in ``dtype`` (views where the
         cache holds that dtype, copies where it is fp32 for a bf16 model): transformers' cache takes them."""
         return [(self.k[i, :, :, :slots].to(dtype), self.v[i, :, :, :slots].to(dtype)) for i in range(self.k.shape[0])]
+
+    def row(self, b: int) -> "StaticKV":
+        """Row b alone, as a cache of batch 1 that shares this one's storage (a forward on it writes row b's slots
+        here); it cannot grow: ``reserve`` this cache first."""
+        view = StaticKV.__new__(StaticKV)
+        view.batch, view.k, view.v, view.parent = 1, self.k[:, b:b + 1], self.v[:, b:b + 1], self
+        return view
 
     def select(self, rows: torch.Tensor) -> None:
         """Keep the rows ``rows`` (finished rows of a batch leave)."""

@@ -38,6 +38,28 @@ def run(engine: Engine, kv: StaticKV, ids: torch.Tensor, positions: torch.Tensor
     return out[0] if len(out) == 1 else torch.cat(out, dim=2)
 
 
+def run_rows(engine: Engine, kv: StaticKV, ids: torch.Tensor, positions: torch.Tensor, allowed: torch.Tensor,
+             start: int, spans: list[tuple[int, int] | None]) -> torch.Tensor:
+    """``run``'s columns row by row, over each row's real columns ``spans[b]`` = [first, end) alone (None: row b
+    sits out), each written into the slot ``run`` would write it to -> the final-norm output [B, Q, H], zeros
+    outside the spans. A prefill of ragged prompts together pads every row to the longest; this reads no padding
+    column. The same numbers as ``run``'s in the spans: a padding column's output and slot are never read, and
+    every kernel's row is the same whatever rows share its forward."""
+    b_size, q_len = positions.shape
+    kv.reserve(_round(start + q_len + BUCKETS[-1]))
+    states = None
+    for b, span in enumerate(spans):
+        if span is None:
+            continue
+        cols = slice(*span)
+        hidden = run(engine, kv.row(b), ids[b:b + 1, cols], positions[b:b + 1, cols],
+                     allowed[b:b + 1, cols, :start + span[1]], start + span[0])[-1]  # [1, Q_b, H]
+        if states is None:
+            states = hidden.new_zeros(b_size, q_len, hidden.shape[-1])
+        states[b, cols] = hidden[0]
+    return states
+
+
 def _upload(engine: Engine, ids: torch.Tensor, positions: torch.Tensor,
             allowed: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """The three host tensors on the engine's device, through one int64 buffer (one copy)."""
