@@ -26,6 +26,8 @@ from pathlib import Path
 import torch
 from tqdm import tqdm
 
+from ..core.batch_cache import BatchCache
+from ..engine import engine_of
 from ..engine.models import LoadedModel
 from . import stems
 
@@ -38,7 +40,8 @@ class DataConfig:
     seed: int = 0
     shards: int = 48  # one shard = one batch of target-written conversations
     gen_batch: int = 64  # sequences generated together (HF generate, batched)
-    gen_dtype: str = "fp32"  # fp32 was faster than bf16 for batched generation on this CPU (no bf16 units)
+    gen_dtype: str = "fp32"  # the shipped draft's recipe (on an AVX2-only CPU, fp32 was the faster); where the CPU
+    # has bf16 units, bf16 on the engine's kernels writes 1.4x faster (training/README.md)
     user_max_new: int = 48  # tokens for the sampled user turn
     answer_max_new: int = 128  # tokens for the target's answer
     top_k: int = 32  # teacher probabilities kept per position (plus the tail mass)
@@ -80,9 +83,12 @@ def chat_format(target: LoadedModel) -> ChatFormat:
 
 def generate_with_rows(model: torch.nn.Module, prompts: list[list[int]], max_new: int, temperature: float,
                        stop: int, top_k: int) -> list[tuple[list[int], torch.Tensor, torch.Tensor]]:
-    """Batched HF generation from left-padded prompts (greedy at temperature 0); per sequence (new ids up to and
-    including ``stop``, teacher top-k ids [n, K] and probabilities [n, K] of the raw T = 1 distribution at each
-    new position, whatever the sampling temperature)."""
+    """Batched generation (greedy at temperature 0, else sampled at ``temperature`` with draws from torch's global
+    generator); per sequence (new ids up to and including ``stop``, teacher top-k ids [n, K] and probabilities
+    [n, K] of the raw T = 1 distribution at each new position, whatever the sampling temperature). On the engine
+    where the model has one (``_engine_generate``), else transformers' ``generate`` from left-padded prompts."""
+    if engine_of(model) is not None:
+        return _engine_generate(model, prompts, max_new, temperature, stop, top_k)
     width, device = max(map(len, prompts)), next(model.parameters()).device
     ids = torch.tensor([[stop] * (width - len(p)) + p for p in prompts], device=device)  # [B, L] left-padded
     mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in prompts], device=device)  # [B, L]
@@ -101,6 +107,36 @@ def generate_with_rows(model: torch.nn.Module, prompts: list[list[int]], max_new
         n = toks.index(stop) + 1 if stop in toks else len(toks)
         result.append((toks[:n], top_i[b, :n], top_p[b, :n]))
     return result
+
+
+def _engine_generate(model: torch.nn.Module, prompts: list[list[int]], max_new: int, temperature: float,
+                     stop: int, top_k: int) -> list[tuple[list[int], torch.Tensor, torch.Tensor]]:
+    """``generate_with_rows`` on the engine: the prompts as the rows of one ``BatchCache`` (ragged, no padding
+    column read), one forward a token for every row still writing; a row leaves the batch once it writes ``stop``.
+    Sampled rows draw from one generator seeded from torch's global one (so ``torch.manual_seed`` fixes them)."""
+    draws = torch.Generator().manual_seed(int(torch.randint(2 ** 62, (1,))))
+    cache, live = BatchCache(model, len(prompts)), list(range(len(prompts)))
+    seqs = [list(p) for p in prompts]
+    new: list[list[int]] = [[] for _ in prompts]
+    tops: list[list[tuple[torch.Tensor, torch.Tensor]]] = [[] for _ in prompts]
+    for _ in range(max_new):
+        logits = cache.score([seqs[b] for b in live])[0][:, 0].float().cpu()  # [B', V]
+        cache.keep([[] for _ in live])
+        top = torch.topk(logits.softmax(-1), top_k, dim=-1)  # [B', K]
+        chosen = (torch.multinomial((logits / temperature).softmax(-1), 1, generator=draws)[:, 0]
+                  if temperature > 0 else logits.argmax(-1))  # [B']
+        for i, b in enumerate(live):
+            seqs[b].append(int(chosen[i]))
+            new[b].append(int(chosen[i]))
+            tops[b].append((top.indices[i], top.values[i]))
+        still = [i for i, b in enumerate(live) if new[b][-1] != stop]
+        if not still:
+            break
+        if len(still) < len(live):
+            cache.select(still)
+            live = [live[i] for i in still]
+    return [(new[b], torch.stack([i for i, _ in tops[b]]), torch.stack([p for _, p in tops[b]]))
+            for b in range(len(prompts))]
 
 
 Rows = dict[int, tuple[torch.Tensor, torch.Tensor]]  # position -> teacher (top ids [K], top probs [K])

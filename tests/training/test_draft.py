@@ -266,3 +266,29 @@ def test_data_agreement_reads_the_teacher_rows():
     odd = torch.full_like(top.indices, 1) + 2 * torch.arange(4)  # odd ids: never kept, q = 0 there
     other = Example(tokens, has_row, shift(odd), shift(top.values), shift(1 - top.values.sum(-1)))
     assert data_agreement(draft, [other], max_len=64) == {"top1": 0.0, "overlap": 0.0, "rows": 7, "sequences": 1}
+
+
+def test_the_engine_writes_each_row_as_greedy_decoding_alone_would_with_its_teacher_rows():
+    """``generate_with_rows`` on the engine: prompts of unequal lengths in one batch; each row's tokens are batch-1
+    greedy decoding's up to and including the stop id (then the row leaves), and each teacher row is the model's
+    own top-k of its next-token distribution there; sampled rows repeat under the same global seed."""
+    from specrepro.engine import engine_of
+    from specrepro.training.data import generate_with_rows
+    target = tiny_model(vocab_size=32, n_layers=2, hidden=32, seed=5)
+    assert engine_of(target) is not None
+    prompts = [[1, 2, 3], [4] * 11, [7, 8]]
+    stop = generate_with_rows(target, prompts, max_new=12, temperature=0.0, stop=-1, top_k=4)[0][0][3]
+    out = generate_with_rows(target, prompts, max_new=12, temperature=0.0, stop=stop, top_k=4)
+    cfg = DecodeConfig(method="ar", max_new_tokens=12, sampling=SamplingConfig(temperature=0.0), seed=0)
+    for prompt, (new, ids, probs) in zip(prompts, out):
+        alone = autoregressive_generate(target, prompt, cfg, eos={stop}).token_ids
+        assert new == alone and ids.shape == probs.shape == (len(new), 4)
+        with torch.inference_mode():
+            full = target(input_ids=torch.tensor([prompt + new])).logits[0, len(prompt) - 1:-1].float().softmax(-1)
+        torch.testing.assert_close(probs, full.topk(4, dim=-1).values, atol=1e-5, rtol=1e-4)
+    assert len(out[0][0]) == 4 and out[0][0][-1] == stop  # (row 0 stopped there, and left the batch)
+    runs = []
+    for _ in range(2):
+        torch.manual_seed(3)
+        runs.append([new for new, _, _ in generate_with_rows(target, prompts, 12, 1.0, stop=stop, top_k=4)])
+    assert runs[0] == runs[1]
