@@ -208,3 +208,35 @@ def test_the_lm_head_is_8bit_on_a_q8_0_grid_and_dense_otherwise():
 def attach_fresh(model: torch.nn.Module, four_bit: bool = True) -> torch.nn.Module:
     attach(model, compiled=False, four_bit=four_bit)
     return model
+
+
+def test_linear_reuses_a_packed_weight_bit_for_bit_and_leaves_autograd_alone():
+    """``engine.llama.linear``: bf16 on the CPU, the product of the weight packed once equals ``F.linear`` bit for
+    bit, and a weight changed in place is packed again; where autograd needs the product it is ``F.linear``'s."""
+    from specrepro.engine.llama import linear, prepackable
+    torch.manual_seed(0)
+    weight, bias = torch.randn(48, 32, dtype=torch.bfloat16), torch.randn(48, dtype=torch.bfloat16)
+    x = torch.randn(3, 32, dtype=torch.bfloat16)
+    with torch.inference_mode():
+        assert torch.equal(linear(x, weight, bias), torch.nn.functional.linear(x, weight, bias))
+        weight.mul_(2)
+        assert torch.equal(linear(x, weight), torch.nn.functional.linear(x, weight))
+    w = torch.nn.Parameter(torch.randn(8, 32, dtype=torch.bfloat16))
+    linear(x, w).sum().backward()
+    assert w.grad is not None and w.grad.shape == w.shape
+    assert linear(x.float(), weight.float()).dtype == torch.float32  # fp32: F.linear itself
+    assert prepackable(weight) == torch.backends.mkldnn.is_available()
+
+
+def test_lm_head_is_the_engines_where_the_model_runs_on_one():
+    """``engine.lm_head``: the head Medusa and PPD read, the engine's (same logits in fp32) where the model has one,
+    else the model's own module."""
+    from specrepro.engine import lm_head
+    from specrepro.engine.runner import EngineHead
+    model = tiny_model(vocab_size=64, seed=7)
+    x = torch.randn(3, 2, 32)
+    assert lm_head(tiny_model(vocab_size=64, seed=7, engine="transformers")).__class__ is torch.nn.Linear
+    head = lm_head(model)
+    assert isinstance(head, EngineHead) and head.weight.dtype == torch.float32
+    torch.testing.assert_close(head(x), model.get_output_embeddings()(x))
+    assert head(x[0, 0]).shape == (64,)

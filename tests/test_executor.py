@@ -277,3 +277,14 @@ def test_a_ray_task_asks_for_gpus_when_its_models_are_on_cuda(monkeypatch, model
 def test_a_negative_gpu_count_is_refused():
     with pytest.raises(ValueError, match="num_gpus"):
         ExecutorConfig("ray", num_gpus=-1)
+
+
+@needs_ray
+def test_failing_grids_again_and_again_leave_the_driver_standing(ray_cluster):
+    """A failed cell stops its grid without cancelling the tasks still out: on Ray 2.60 a cancel that raced a
+    task's reply aborted this very process (task_manager.cc check, exit 1; one grid in three here, and CI died of
+    it). Twenty failing grids, each followed by a good one, on one cluster."""
+    for _ in range(20):
+        with pytest.raises(CellError):
+            run_cells(fails_on_three, [1, 2, 3, 4], RAY2)
+        assert run_cells(square, list(range(6)), RAY2) == [c * c for c in range(6)]

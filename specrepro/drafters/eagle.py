@@ -32,6 +32,8 @@ A trained draft is a folder: ``eagle.safetensors`` (fc, the layer, the norm, the
 from __future__ import annotations
 
 import copy
+import statistics
+import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -40,6 +42,7 @@ import torch
 from ..core.config import SamplingConfig
 from ..core.proposal import Scores
 from ..core.tree import TreeSize
+from ..engine.llama import linear
 from . import medusa
 from .base import Proposal, StepFeedback, TreeDrafter
 from .weights import read_folder, save_folder
@@ -114,7 +117,7 @@ class EagleDraft(torch.nn.Module):
     def reduce(self, features: torch.Tensor) -> torch.Tensor:
         """The target's features [..., F] -> the draft's input state g [..., H] (fused when F > H)."""
         features = features.to(self.fc.weight.dtype)
-        return features if self.fuse is None else self.fuse(features)
+        return features if self.fuse is None else _linear(self.fuse, features)
 
     def forward(self, features: torch.Tensor, tokens: torch.Tensor, positions: torch.Tensor, allowed: torch.Tensor,
                 past: KV | None = None) -> tuple[torch.Tensor, KV]:
@@ -123,21 +126,22 @@ class EagleDraft(torch.nn.Module):
         keys/values -> (f̂ [B, S, H], the keys/values of K+S positions)."""
         from transformers.models.llama.modeling_llama import apply_rotary_pos_emb
         embeds = self._embed(tokens).to(self.fc.weight.dtype)  # [B, S, H]
-        x = self.fc(torch.cat([features.to(embeds.dtype), embeds], dim=-1))  # [B, S, H]
+        x = _linear(self.fc, torch.cat([features.to(embeds.dtype), embeds], dim=-1))  # [B, S, H]
         layer, attn = self.layer, self.layer.self_attn
         b, s, _ = x.shape
         h = layer.input_layernorm(x)
-        q = attn.q_proj(h).view(b, s, self.n_heads, self.head_dim).transpose(1, 2)  # [B, nh, S, D]
-        k = attn.k_proj(h).view(b, s, self.n_kv, self.head_dim).transpose(1, 2)  # [B, H_kv, S, D]
-        v = attn.v_proj(h).view(b, s, self.n_kv, self.head_dim).transpose(1, 2)
+        q = _linear(attn.q_proj, h).view(b, s, self.n_heads, self.head_dim).transpose(1, 2)  # [B, nh, S, D]
+        k = _linear(attn.k_proj, h).view(b, s, self.n_kv, self.head_dim).transpose(1, 2)  # [B, H_kv, S, D]
+        v = _linear(attn.v_proj, h).view(b, s, self.n_kv, self.head_dim).transpose(1, 2)
         cos, sin = self._rotary(x, positions)
         q, k = apply_rotary_pos_emb(q, k, cos, sin)
         if past is not None:
             k, v = torch.cat([past.keys, k], dim=-2), torch.cat([past.values, v], dim=-2)  # [B, H_kv, K+S, D]
         out = torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=allowed.to(q.device),
                                                                scale=self.scaling, enable_gqa=True)  # [B, nh, S, D]
-        x = x + attn.o_proj(out.transpose(1, 2).reshape(b, s, -1))
-        x = x + layer.mlp(layer.post_attention_layernorm(x))
+        x = x + _linear(attn.o_proj, out.transpose(1, 2).reshape(b, s, -1))
+        h, mlp = layer.post_attention_layernorm(x), layer.mlp
+        x = x + _linear(mlp.down_proj, mlp.act_fn(_linear(mlp.gate_proj, h)) * _linear(mlp.up_proj, h))
         return self.norm(x), KV(k, v)
 
     def head_weight(self) -> torch.Tensor:
@@ -154,11 +158,16 @@ class EagleDraft(torch.nn.Module):
     def logits(self, feature: torch.Tensor) -> torch.Tensor:
         """The draft head on predicted features [..., H] -> [..., V_d] (V_d = V without a reduced vocabulary)."""
         weight = self.head_weight()
-        return feature.to(weight.dtype) @ weight.T
+        return linear(feature.to(weight.dtype), weight)
 
     def token_ids(self, rows: torch.Tensor) -> torch.Tensor:
         """Head rows -> token ids."""
         return rows if not self.vocab.numel() else self.vocab[rows]
+
+
+def _linear(module: torch.nn.Linear, x: torch.Tensor) -> torch.Tensor:
+    """``module(x)``, with its weight reordered for oneDNN once where that pays (``engine.llama.linear``)."""
+    return linear(x, module.weight, module.bias)
 
 
 def save_draft(draft: EagleDraft, config: EagleConfig, folder: str | Path) -> Path:
@@ -189,14 +198,21 @@ def causal(n_past: int, n: int) -> torch.Tensor:
     return torch.cat([torch.ones(n, n_past, dtype=torch.bool), torch.ones(n, n, dtype=torch.bool).tril()], dim=1)
 
 
-def choose_tree_size(config: EagleConfig, profile, gamma: int | str = "auto") -> TreeSize:
-    """The hardware-aware tree size on a device profile: the n maximising τ(n)/L_fp(n+1), τ predicted from the
-    draft's held-out rank probabilities by depth (``medusa.hardware_tree_size``, the PPD paper's §4.2 rule)."""
+def choose_tree_size(config: EagleConfig, profile, gamma: int | str = "auto", draft_step_s: float = 0.0) -> TreeSize:
+    """The hardware-aware tree size on a device profile: the n maximising τ(n)/(L_fp(n+1) + d(n)·t), τ predicted
+    from the draft's held-out rank probabilities by depth (``medusa.hardware_tree_size``, the PPD paper's §4.2
+    rule), t = ``draft_step_s`` the draft's measured forward (``EagleDrafter.forward_seconds``) and d(n) = min(n,
+    depth) the forwards a dynamic tree of n nodes runs (the committed pairs' and one per depth below the first)."""
     depth = min(config.depth, gamma) if isinstance(gamma, int) else config.depth
-    size, curve = medusa.hardware_tree_size(config.rank_probs, depth, profile.l_fp, profile.n_max - 1)
+    size, curve = medusa.hardware_tree_size(config.rank_probs, depth, profile.l_fp, profile.n_max - 1,
+                                            lambda n: min(n, depth) * draft_step_s)
     tau, latency, speedup = curve[size]
-    return TreeSize(size, tau, latency, f"hardware-aware: tree size {size} maximises τ(n)/L_fp(n+1) on the "
-                    f"{profile.key.dtype} profile (τ {tau:.2f}, L_fp {1e3 * latency:.1f} ms, predicted {speedup:.2f}x)")
+    rule, drafting = "τ(n)/L_fp(n+1)", ""
+    if draft_step_s:
+        rule = "τ(n)/(L_fp(n+1) + drafting)"
+        drafting = f", {min(size, depth)} draft forwards of {1e3 * draft_step_s:.2f} ms in it"
+    return TreeSize(size, tau, latency, f"hardware-aware: tree size {size} maximises {rule} on the {profile.key.dtype} "
+                    f"profile (τ {tau:.2f}, {1e3 * latency:.1f} ms a step{drafting}, predicted {speedup:.2f}x)")
 
 
 class EagleDrafter(TreeDrafter):
@@ -225,6 +241,22 @@ class EagleDrafter(TreeDrafter):
         if self.paths is not None:
             raise ValueError("this EAGLE drafter runs a tree given to it (paths): it cannot be resized")
         return EagleDrafter(self.draft, self.config, tree_size, self.shape, self.top_k)
+
+    def forward_seconds(self, repeats: int = 5, context: int = 64) -> float:
+        """Seconds per draft forward on this machine, measured in place: a full-depth dynamic tree's proposal (the
+        committed pair's forward, then one per depth, ``_dynamic``'s own bookkeeping included) over its forwards,
+        the median of ``repeats`` after a context of ``context`` pairs. ``choose_tree_size`` weighs trees by it."""
+        probe = EagleDrafter(self.draft, self.config, self.top_k * self.config.depth, "dynamic", self.top_k)
+        param = self.draft.fc.weight
+        feature = torch.zeros(self.config.feature_size, dtype=param.dtype, device=param.device)
+        probe.pending = [(feature, 0, j) for j in range(context)]
+        seconds = []
+        for j in range(context, context + repeats + 1):  # the first (the context's forward) is not counted
+            start = time.perf_counter()
+            proposal = probe.propose(list(range(j)), self.config.depth, SamplingConfig(), None)
+            seconds.append((time.perf_counter() - start) / proposal.calls)
+            probe.pending = [(feature, 0, j)]
+        return statistics.median(seconds[1:])
 
     def reset(self) -> None:
         self.kv: KV | None = None  # the draft's keys/values of the committed pairs (positions first..first+len−1)

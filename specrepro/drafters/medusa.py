@@ -27,6 +27,7 @@ import torch
 from ..core import cost
 from ..core.config import SamplingConfig
 from ..core.tree import TreeSize
+from ..engine.llama import linear
 from .base import Proposal, StepFeedback, TreeDrafter
 from .weights import read_folder, save_folder
 
@@ -56,7 +57,8 @@ class MedusaHeads(torch.nn.Module):
 
     def forward(self, hidden: torch.Tensor) -> torch.Tensor:
         """hidden [..., H] -> each head's transformed state [K, ..., H] (the LM head then gives logits)."""
-        return torch.stack([hidden + torch.nn.functional.silu(block(hidden)) for block in self.blocks])
+        return torch.stack([hidden + torch.nn.functional.silu(linear(hidden, block.weight, block.bias))
+                            for block in self.blocks])
 
 
 def head_logits(heads: MedusaHeads, lm_head: torch.nn.Module, hidden: torch.Tensor) -> torch.Tensor:
@@ -115,21 +117,22 @@ def paths_to_parents(paths: tuple[tuple[int, ...], ...]) -> torch.Tensor:
         raise ValueError(f"the rank paths are not prefix-closed: {err.args[0]} is missing") from None
 
 
-def tree_point(rank_probs, size: int, depth: int, l_fp) -> tuple[float, float, float]:
-    """(τ(n), L_fp(n+1), predicted speedup) of the sparse tree of n nodes: τ(n) = 1 + f(tree) the expected tokens
-    per step (PPD Prop. 4.1), L_fp(n+1) the target forward over the root and the n nodes."""
+def tree_point(rank_probs, size: int, depth: int, l_fp, draft_s=None) -> tuple[float, float, float]:
+    """(τ(n), seconds of a step, predicted speedup) of the sparse tree of n nodes: τ(n) = 1 + f(tree) the expected
+    tokens per step (PPD Prop. 4.1); the step's seconds L_fp(n+1), the target forward over the root and the n nodes,
+    plus ``draft_s(n)``, the drafting of that tree, where a drafter pays one (an EAGLE draft's forwards)."""
     from simulations.ppd import expected_tokens
     tau = 1.0 + expected_tokens(sparse_tree(rank_probs, size, depth), np.asarray(rank_probs)[:depth])
-    latency = l_fp(size + 1)
+    latency = l_fp(size + 1) + (draft_s(size) if draft_s is not None else 0.0)
     return tau, latency, cost.tree_speedup(tau, latency, l_fp(1))
 
 
-def hardware_tree_size(rank_probs, depth: int, l_fp, n_max: int = 63) -> tuple[int, dict]:
+def hardware_tree_size(rank_probs, depth: int, l_fp, n_max: int = 63, draft_s=None) -> tuple[int, dict]:
     """The hardware-aware tree size (PPD paper §4.2, also Medusa's choice of tree): the n = 1..n_max maximising
-    τ(n) / L_fp(n+1) (``cost.best_tree_size`` over ``tree_point``).
+    τ(n) / (L_fp(n+1) + draft_s(n)) (``cost.best_tree_size`` over ``tree_point``).
 
-    Returns (n, {n: (τ(n), L_fp(n+1), predicted speedup τ/L_fp × L_fp(1))}) for every n considered."""
-    return cost.best_tree_size(lambda n: tree_point(rank_probs, n, depth, l_fp), range(1, n_max + 1))
+    Returns (n, {n: (τ(n), the step's seconds, predicted speedup τ/seconds × L_fp(1))}) for every n considered."""
+    return cost.best_tree_size(lambda n: tree_point(rank_probs, n, depth, l_fp, draft_s), range(1, n_max + 1))
 
 
 def choose_tree_size(config: MedusaConfig, profile, gamma: int | str = "auto") -> TreeSize:

@@ -12,7 +12,7 @@ import torch
 
 from . import kernel
 from .llama import FAMILY, LlamaStack, unsupported
-from .runner import BUCKETS, SLOT_BLOCK, Engine, Rebuild, StaticKV, bucket, compile_enabled, warm
+from .runner import BUCKETS, SLOT_BLOCK, Engine, EngineHead, Rebuild, StaticKV, bucket, compile_enabled, warm
 
 # --engine: the static-cache engine (weights on a 4-bit grid, as a GGUF's Q4_1, held as 4-bit integers on a bf16 CPU),
 # the same engine with every weight dense, or transformers' forward
@@ -21,7 +21,8 @@ ENV = "SPECREPRO_ENGINE"  # the process-wide choice (``--engine`` sets it; noteb
 ATTR = "specrepro_engine"  # the attribute of a model that holds its engine
 
 __all__ = ["BUCKETS", "ENGINES", "FAMILY", "SLOT_BLOCK", "Engine", "LlamaStack", "StaticKV", "attach", "bucket",
-           "default_engine", "default_engine_label", "detach", "engine_name", "engine_of", "unsupported", "warm"]
+           "default_engine", "default_engine_label", "detach", "engine_name", "engine_of", "lm_head", "unsupported",
+           "warm"]
 
 
 def attach(model: torch.nn.Module, compiled: bool | None = None, four_bit: bool | None = None) -> Engine | None:
@@ -81,6 +82,13 @@ def engine_of(model: torch.nn.Module) -> Engine | None:
         object.__delattr__(model, ATTR)
         return attach(model, compiled=engine.compiled, four_bit=engine.four_bit)
     return engine
+
+
+def lm_head(model: torch.nn.Module) -> torch.nn.Module:
+    """The LM head a drafter reading the target's head should call: the engine's (``runner.EngineHead``) where
+    ``model`` runs on one, else the model's own."""
+    engine = engine_of(model)
+    return model.get_output_embeddings() if engine is None or engine.kept_ids is not None else EngineHead(engine)
 
 
 def engine_name(model: torch.nn.Module) -> str:

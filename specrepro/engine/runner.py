@@ -241,6 +241,22 @@ class Engine:
         self.seen.add(key)
 
 
+class EngineHead(torch.nn.Module):
+    """An engine's LM head as a module, for the drafters that read the target's head (Medusa's heads, PPD's prompt
+    tokens): ``weight`` is the model's (its dtype), the product the engine's packed one (8-bit integers where the
+    kernel runs: a third of the time of a prepacked bf16 product at a few rows)."""
+
+    def __init__(self, engine: Engine):
+        super().__init__()
+        self.__dict__["engine"] = engine  # (not a submodule: the engine is the model's)
+        self.weight, self.bias = engine.head_weight, None
+
+    def forward(self, hidden: torch.Tensor) -> torch.Tensor:
+        """hidden [..., H] -> logits [..., V]."""
+        rows = hidden.reshape(1, -1, hidden.shape[-1])
+        return self.engine.logits(rows.to(self.weight.dtype)).reshape(*hidden.shape[:-1], -1)
+
+
 @dataclass(frozen=True)
 class Rebuild:
     """What a deep copy of a model holds in place of its engine (``engine_of`` builds the copy's own)."""

@@ -98,7 +98,8 @@ class TreeSizing:
     and the hardware-aware size on a device profile (``choose(config, profile, γ) -> tree.TreeSize``)."""
 
     read_config: Callable[[Any, str], Any]  # (draft folder or zoo name | None, target name) -> weights config
-    choose: Callable[[Any, Any, int | str], Any]  # (weights config, Profile, γ) -> TreeSize
+    # (weights config, Profile, γ) -> TreeSize; EAGLE's also takes draft_step_s, its draft's measured forward
+    choose: Callable[..., Any]
 
 
 @dataclass(frozen=True, repr=False)

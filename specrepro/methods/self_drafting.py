@@ -6,6 +6,7 @@ from pathlib import Path
 from typing import Any, Callable, NamedTuple
 
 from ..drafters import eagle, medusa, ppd
+from ..engine import lm_head
 from .base import Cost, Loop, Method, Needs, TreeSizing
 
 
@@ -26,7 +27,7 @@ def head_drafter(load, drafter):
         if wcfg.hidden_size != target.model.config.hidden_size:
             raise ValueError(f"these weights ({folder}) were trained for hidden size {wcfg.hidden_size}, the target "
                              f"has {target.model.config.hidden_size}")
-        return drafter(weights, wcfg, target.model.get_output_embeddings(), tree_size=size)
+        return drafter(weights, wcfg, lm_head(target.model), tree_size=size)
     return build
 
 

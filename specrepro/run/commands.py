@@ -102,10 +102,11 @@ def gamma_arg(value: str) -> int | str:
         raise argparse.ArgumentTypeError(f"gamma must be an integer >= 1 or auto, got {value!r}") from None
 
 
-def plan_generate(spec: Method, args: argparse.Namespace, config: DecodeConfig, prompt_tokens: int | None = None):
+def plan_generate(spec: Method, args: argparse.Namespace, config: DecodeConfig, prompt_tokens: int | None = None,
+                  models=None):
     """The run's plan (``plan.plan_run``): dtype, γ policy and tree size with their reasons, weighed at the prompts'
-    mean length ``prompt_tokens`` when known. Profiles come from the cache (``python -m specrepro calibrate``), or
-    are measured now and cached."""
+    mean length ``prompt_tokens`` when known, and with ``models(dtype)`` its drafter. Profiles come from the cache
+    (``python -m specrepro calibrate``), or are measured now and cached."""
     import torch
 
     from ..metrics.calibrate import get_profile
@@ -124,7 +125,7 @@ def plan_generate(spec: Method, args: argparse.Namespace, config: DecodeConfig, 
                          tree_weights=args.draft if spec.token_tree else None, candidates=candidate_dtypes(device),
                          dtype_reason="named with --dtype", tree_size_reason="named with --tree-size",
                          prompt_tokens=prompt_tokens, new_tokens=config.max_new_tokens if prompt_tokens else None)
-    plan = plan_run(spec, profiles, request)
+    plan = plan_run(spec, profiles, request, models=models, config=config)
     return plan, {**plan.provenance(), "cpu_kernel_flags": cpu_info()["kernel_flags"]}
 
 
@@ -175,21 +176,26 @@ def cmd_generate(args: argparse.Namespace) -> int:
 
     spec = method(args.method)
     config, prompts, prompt_tokens = check_generate(spec, args)
-    plan, provenance = plan_generate(spec, args, config, prompt_tokens)
-    target = load_model(args.target, dtype=plan.dtype, device=args.device)  # once per invocation
-    draft_model = load_draft(args.draft, target) if spec.needs is Needs.DRAFT_MODEL else None
+    loaded: dict = {}
+
+    def models(dtype: str):  # once per invocation, at the planned dtype (the plan builds the drafter on them)
+        target = load_model(args.target, dtype=dtype, device=args.device)
+        draft_model = load_draft(args.draft, target) if spec.needs is Needs.DRAFT_MODEL else None
+        if args.compile:
+            from ..engine.compiled import compile_forward
+            for one in (target, draft_model):
+                if one is not None:
+                    compile_forward(one.model)
+        loaded.update(target=target, source=spec.needs.source(draft_model, args.ngram_table, weights=args.draft))
+        return target, loaded["source"]
+
+    plan, provenance = plan_generate(spec, args, config, prompt_tokens, models=models)
+    target, source = (loaded["target"], loaded["source"]) if loaded else models(plan.dtype)
     if args.compile:
-        from ..engine.compiled import compile_forward
-        for loaded in (target, draft_model):
-            if loaded is not None:
-                compile_forward(loaded.model)
         provenance = {**provenance, "compiled": True}
-    source = spec.needs.source(draft_model, args.ngram_table, weights=args.draft)
-    config = plan.config(config)
-    draft = spec.build_drafter(source, target, config) if spec.drafter is not None else None
+    config, draft = plan.config(config), plan.drafter
     if args.batch_size > 1:
-        return generate_batches(args, target, spec.needs.source(draft_model, args.ngram_table, weights=args.draft),
-                                prompts, config, provenance)
+        return generate_batches(args, target, source, prompts, config, provenance)
     for n, (prompt_id, messages) in enumerate(prompts, start=1):
         rec = generate(target, messages, config, draft=draft, chat_template=not args.no_chat_template,
                        gamma_policy=plan.gamma_policy, provenance=provenance)

@@ -53,6 +53,10 @@ class EagleTrainConfig:
     shards: int = 4  # the Medusa heads' data recipe (training.medusa.data_config)
     task_shards: int = 4
     gen_batch: int = 64
+    # the target that writes the data and gives the features: fp32 (the shipped draft's recipe) or, where the CPU has
+    # bf16 units, bf16 on the engine's kernels (about 1.5x faster to write; the features the draft reads at decoding
+    # time with --dtype auto are bf16 ones); the draft itself always trains in fp32 on the fp32 target
+    gen_dtype: str = "fp32"
     max_len: int = 320  # positions per conversation kept
     window: int = 128  # positions of one training example: a random window of a conversation
     steps: int = 600
@@ -217,19 +221,22 @@ def train_eagle(cfg: EagleTrainConfig, out: str | Path, target: LoadedModel | No
 
     # 1. Data: the Medusa heads' recipe.
     with timer.phase("data"):
-        target = target if target is not None else load_model(cfg.target, dtype="fp32",
-                                                              device=resolve_device(device))
+        gen = target if target is not None else load_model(cfg.target, dtype=cfg.gen_dtype,
+                                                           device=resolve_device(device))
         dcfg = data_config(MedusaTrainConfig(target=cfg.target, seed=cfg.seed, shards=cfg.shards,
                                              task_shards=cfg.task_shards, gen_batch=cfg.gen_batch))
-        chat = chat_format(target)
-        made = generate_data(target.model, chat, dcfg, data, task_openings(target.tokenizer))
+        chat = chat_format(gen)
+        made = generate_data(gen.model, chat, dcfg, data, task_openings(gen.tokenizer))
         examples = load_data(data, dcfg)
 
     # 2. The target's features, once.
-    model = target.model
-    layers = cfg.feature_layers(model.config.num_hidden_layers)
+    layers = cfg.feature_layers(gen.model.config.num_hidden_layers)
     with timer.phase("features"):
-        feats = cached_features(model, examples, layers, cfg.max_len, data)
+        feats = cached_features(gen.model, examples, layers, cfg.max_len, data)
+        if target is None:
+            target = gen if cfg.gen_dtype == "fp32" else load_model(cfg.target, dtype="fp32",
+                                                                     device=resolve_device(device))
+    model = target.model
     val = [i for i in range(len(examples)) if i % 20 == 0]
     train = [i for i in range(len(examples)) if i % 20]
 
@@ -310,7 +317,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--out", required=True, help="run folder (data shards are reused if present)")
     parser.add_argument("--data", default=None, help="data folder (default OUT/data): variants can share one")
     for f in dataclasses.fields(EagleTrainConfig):
-        kw = {"choices": FEATURES} if f.name == "features" else {}
+        kw = {"choices": {"features": FEATURES, "gen_dtype": ("fp32", "bf16")}[f.name]} if f.name in (
+            "features", "gen_dtype") else {}
         parser.add_argument(f"--{f.name.replace('_', '-')}", type=type(f.default), default=f.default, **kw)
     parser.add_argument("--device", default="auto", help="where the target runs: auto (cuda when available), cpu, "
                                                           "cuda or cuda:N")

@@ -131,3 +131,23 @@ def test_a_dynamic_tree_of_n_nodes_drafts_at_most_n_deep(tiny_pair_64):
     rec = speculative_generate(target, EagleDrafter(draft, config, tree_size=2), [3, 4, 5, 6],
                                DecodeConfig(max_new_tokens=16, gamma=4))
     assert len(rec.tree_sizes) < rec.draft_calls <= 2 * len(rec.tree_sizes)  # (the last step: γ capped by the budget)
+
+
+def test_the_tree_size_weighs_the_drafts_forwards(tiny_pair_64):
+    """With each draft forward costing something, the hardware-aware size shrinks (a tree of n nodes runs min(n,
+    depth) of them), the step's seconds include them, and the reason says so; the drafter measures its forward."""
+    from specrepro.drafters.eagle import choose_tree_size
+
+    class FakeProfile:
+        n_max = 32
+        l_fp = staticmethod(lambda n: 1.0 + 0.02 * n)
+        key = type("K", (), {"dtype": "fp32"})()
+    target, _ = tiny_pair_64
+    draft, config = random_draft(target)
+    free, costly = choose_tree_size(config, FakeProfile()), choose_tree_size(config, FakeProfile(), draft_step_s=0.3)
+    assert costly.size < free.size and "draft forwards of 300.00 ms" in costly.reason
+    assert "drafting" not in free.reason
+    depth = min(costly.size, config.depth)
+    assert costly.latency_s == pytest.approx(FakeProfile.l_fp(costly.size + 1) + 0.3 * depth)
+    seconds = EagleDrafter(draft, config, tree_size=4).forward_seconds(repeats=3)
+    assert 0 < seconds < 1
