@@ -70,12 +70,10 @@ ZOO: dict[str, ZooEntry] = {
         description="a one-layer EAGLE draft on smollm2-135m-instruct's features (python -m specrepro.training.eagle)",
         package="specrepro",
         folder="zoo/smollm2-135m-eagle",
-        made_by=("python -m specrepro.training.eagle --out runs/eagle/last --data runs/eagle/data --features last "
-                 "--ttt 0 --threads 2",
-                 "python -m specrepro.training.eagle --out runs/eagle/ttt --data runs/eagle/data --features last "
-                 "--ttt 1 --steps 300 --threads 2",
-                 "python -m specrepro.training.eagle_ablations --runs runs/eagle/last runs/eagle/ttt --shipped last "
-                 "--out specrepro/zoo/smollm2-135m-eagle/ablations.json"),
+        made_by=("python -m specrepro.training.eagle --out /root/.cache/specrepro/train/eagle-1536-2700 --data /root/.cache/specrepro/train/eagle-1536/data --gen-dtype "
+                 "bf16 --shards 12 --task-shards 12 --steps 2700 --threads 2",
+                 "python -m specrepro.training.eagle --out /root/.cache/specrepro/train/eagle-1536 --gen-dtype bf16 "
+                 "--shards 12 --task-shards 12 --steps 900 --threads 2"),
     ),
     "smollm2-135m-draft": ZooEntry(
         description="3-layer reduced-vocabulary draft distilled from smollm2-135m-instruct (python -m specrepro.training.draft)",
