@@ -71,10 +71,12 @@ def chain_tau(accept: Sequence[float]) -> float:
 
 
 def describe(variant: dict) -> str:
-    """A variant in words: "fused features, TTT 2, 8192-row head, 600 steps"."""
+    """A variant in words: "fused features, TTT 2, 8192-row head, 600 steps", and its data and held-out split where
+    the file says (variants trained on different data are measured on their own held-out conversations)."""
     head = f"{variant['draft_vocab']}-row head" if variant["draft_vocab"] else "full head"
     steps = f", {variant['steps']} steps" if variant.get("steps") else ""
-    return f"{variant['features']} features, TTT {variant['ttt']}, {head}{steps}"
+    data = f"; {variant['data']}" if variant.get("data") else ""
+    return f"{variant['features']} features, TTT {variant['ttt']}, {head}{steps}{data}"
 
 
 def accept_rows(ablations: dict) -> list[dict]:
