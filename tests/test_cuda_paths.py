@@ -143,22 +143,33 @@ def test_a_bad_device_name_is_one_clear_error():
     assert models.resolve_device("auto") == models.default_device()
 
 
-def test_medusas_hidden_states_feed_the_target_on_its_device_and_come_back_to_the_cpu():
+def test_the_target_features_feed_the_target_on_its_device_and_come_back_to_the_cpu():
     from types import SimpleNamespace
 
-    from specrepro.training import medusa
     from specrepro.training.data import Example
+    from specrepro.training.features import target_features
     seen = []
+
+    class Head(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.weight = torch.nn.Parameter(torch.zeros(1, device="meta"))
+
+        def forward(self, h):
+            return torch.randn(h.shape[0], 5)
 
     class Spy(torch.nn.Module):
         def __init__(self):
             super().__init__()
-            self.anchor = torch.nn.Parameter(torch.zeros(1, device="meta"))
+            self.head = Head()
 
-        def forward(self, input_ids, output_hidden_states):
+        def get_output_embeddings(self):
+            return self.head
+
+        def model(self, input_ids, output_hidden_states):
             seen.append(input_ids.device)
             return SimpleNamespace(hidden_states=[torch.randn(1, input_ids.shape[1], 8)])
 
     ex = Example.with_rows([1, 2, 3], slice(1, None), torch.zeros(2, 2).long(), torch.zeros(2, 2))
-    (h,) = medusa.hidden_states(Spy(), [ex], max_len=8)
-    assert seen == [torch.device("meta")] and h.device.type == "cpu"
+    (feat,) = target_features(Spy(), [ex], (-1,), max_len=8)
+    assert seen == [torch.device("meta")] and feat.f.device.type == "cpu" and feat.lse.device.type == "cpu"

@@ -25,19 +25,18 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 import torch
-from tqdm import tqdm
 
 from ..drafters.eagle import EagleConfig, EagleDraft, save_draft
 from ..engine.models import LoadedModel, load_model, resolve_device
 from .data import Example, chat_format, choose_vocab, generate_data, load_data, task_openings
+from .features import Features, cached_features
 from .loop import Trainer, begin_run, train_loop, warmup_cosine
-from .medusa import MedusaTrainConfig, data_config
+from .medusa import GEN_DTYPES, MedusaTrainConfig, data_config
 
 FEATURES = ("last", "fused")  # the final-norm state alone, or low/mid/high layers with it (EAGLE-3)
 
@@ -76,27 +75,6 @@ class EagleTrainConfig:
         if self.features not in FEATURES:
             raise ValueError(f"features must be one of {', '.join(FEATURES)}, got {self.features!r}")
         return (-1,) if self.features == "last" else (max(1, n_layers // 4), max(1, n_layers // 2), -1)
-
-
-@dataclass
-class Features:
-    """One conversation's target features: f [L, F] (bf16) and the LM head's log-normaliser lse [L]."""
-
-    f: torch.Tensor
-    lse: torch.Tensor
-
-
-def target_features(model: torch.nn.Module, examples: list[Example], layers: tuple[int, ...], max_len: int
-                    ) -> list[Features]:
-    lm_head = model.get_output_embeddings()
-    out, device = [], lm_head.weight.device
-    with torch.inference_mode():
-        for ex in tqdm(examples, desc="eagle: target features", file=sys.stderr):
-            states = model.model(input_ids=ex.tokens[:max_len][None].to(device), output_hidden_states=True).hidden_states
-            last = states[-1][0]  # [L, H] the final-norm state (transformers 5: hidden_states[-1] is after the norm)
-            f = torch.cat([states[i][0] for i in layers], dim=-1)  # [L, F]
-            out.append(Features(f.to(torch.bfloat16).cpu(), lm_head(last).float().logsumexp(-1).cpu()))  # kept on the CPU
-    return out
 
 
 def unroll_masks(n: int, passes: int) -> list[torch.Tensor]:
@@ -192,22 +170,6 @@ def held_out_ranks(draft: EagleDraft, lm_head: torch.nn.Module, examples: list[E
                         hits[t, r:] += 1
                 counts[t] += rows.numel()
     return hits / np.maximum(counts, 1)[:, None], counts
-
-
-def cached_features(model: torch.nn.Module, examples: list[Example], layers: tuple[int, ...], max_len: int,
-                    data: Path) -> list[Features]:
-    """``target_features``, kept in the data folder (``features_<layers>_<max_len>.pt``, written atomically) so that
-    every variant trained on the same data computes them once."""
-    path = data / f"features_{'_'.join(map(str, layers))}_{max_len}.pt"
-    if path.is_file():
-        saved = torch.load(path, map_location="cpu")  # features are kept on the CPU, whoever wrote them
-        if saved["conversations"] == len(examples):
-            return [Features(f, lse) for f, lse in zip(saved["f"], saved["lse"])]
-    feats = target_features(model, examples, layers, max_len)
-    tmp = path.with_suffix(".tmp")
-    torch.save({"conversations": len(examples), "f": [x.f for x in feats], "lse": [x.lse for x in feats]}, tmp)
-    tmp.replace(path)
-    return feats
 
 
 def train_eagle(cfg: EagleTrainConfig, out: str | Path, target: LoadedModel | None = None,
@@ -317,9 +279,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--out", required=True, help="run folder (data shards are reused if present)")
     parser.add_argument("--data", default=None, help="data folder (default OUT/data): variants can share one")
     for f in dataclasses.fields(EagleTrainConfig):
-        kw = {"choices": {"features": FEATURES, "gen_dtype": ("fp32", "bf16")}[f.name]} if f.name in (
-            "features", "gen_dtype") else {}
-        parser.add_argument(f"--{f.name.replace('_', '-')}", type=type(f.default), default=f.default, **kw)
+        choices = {"features": FEATURES, "gen_dtype": GEN_DTYPES}.get(f.name)
+        parser.add_argument(f"--{f.name.replace('_', '-')}", type=type(f.default), default=f.default, choices=choices)
     parser.add_argument("--device", default="auto", help="where the target runs: auto (cuda when available), cpu, "
                                                           "cuda or cuda:N")
     args = vars(parser.parse_args(argv))

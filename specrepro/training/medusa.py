@@ -4,8 +4,9 @@
 
 1. Data (``DIR/data``, resumable): conversations written by the target with its top-k rows at every generated
    position, exactly as ``training.data`` makes them for the draft (free and task-style shards; no suite prompt is shown).
-2. The frozen backbone runs once over every conversation; its final hidden states are kept in memory (the
-   heads are all that trains, so this makes CPU training cheap).
+2. The frozen backbone runs once over every conversation; its final hidden states are kept in memory and cached in
+   the data folder (``training.features``, shared with the EAGLE draft; the heads are all that trains, so this makes
+   CPU training cheap). ``--gen-dtype bf16`` writes the data and the states on the engine's bf16 kernels.
 3. Head k (1-based) at position t learns the teacher's distribution of the token k+1 positions ahead (its top-k
    row, renormalised; the base LM head already gives the next one): −Σ_j p_j log q_k(id_j), through the target's
    frozen LM head, in the package's trainer loop (``training.loop``). Every 20th conversation is held out.
@@ -18,18 +19,20 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 import torch
-from tqdm import tqdm
 
 from ..drafters.medusa import MedusaConfig, MedusaHeads, save_heads
 from ..engine.models import LoadedModel, load_model, resolve_device
 from .data import DataConfig, Example, chat_format, generate_data, load_data, task_openings
+from .features import cached_features
 from .loop import Trainer, begin_run, train_loop, warmup_cosine
+
+
+GEN_DTYPES = ("fp32", "bf16")  # the target that writes the data and gives the hidden states
 
 
 @dataclass(frozen=True)
@@ -46,6 +49,9 @@ class MedusaTrainConfig:
     lr: float = 2e-3
     warmup: int = 20
     k_max: int = 10  # top-k accuracies measured on held-out data (the tree's ranks)
+    # the target that writes the data and gives the hidden states: fp32, or bf16 on the engine's kernels (the states
+    # the heads read at decoding time with --dtype auto); the heads train on the fp32 target's LM head either way
+    gen_dtype: str = "fp32"
     threads: int = 2
 
     def to_dict(self) -> dict:
@@ -56,17 +62,6 @@ def data_config(cfg: MedusaTrainConfig) -> DataConfig:
     """The distillation data recipe, reused: same generator, fewer shards."""
     return DataConfig(target=cfg.target, seed=cfg.seed, shards=cfg.shards, task_shards=cfg.task_shards,
                          gen_batch=cfg.gen_batch)
-
-
-def hidden_states(model: torch.nn.Module, examples: list[Example], max_len: int) -> list[torch.Tensor]:
-    """The frozen target's final hidden states [L, H] of every conversation (first ``max_len`` positions)."""
-    out, device = [], next(model.parameters()).device
-    with torch.inference_mode():
-        for ex in tqdm(examples, desc="medusa: backbone hidden states", file=sys.stderr):
-            ids = ex.tokens[:max_len][None].to(device)  # [1, L]
-            h = model(input_ids=ids, output_hidden_states=True).hidden_states[-1][0]  # [L, H], after the final norm
-            out.append(h.to(torch.bfloat16).cpu())  # kept on the CPU: every conversation's states at once
-    return out
 
 
 def ahead(k: int) -> int:
@@ -147,23 +142,29 @@ def topk_accuracy(heads: MedusaHeads, lm_head: torch.nn.Module, hidden: list[tor
 
 
 def train_medusa(cfg: MedusaTrainConfig, out: str | Path, target: LoadedModel | None = None,
-                 command: list[str] | None = None, device: str | torch.device | None = None) -> dict:
+                 command: list[str] | None = None, data: str | Path | None = None,
+                 device: str | torch.device | None = None) -> dict:
     """The whole recipe (module docstring); ``target`` defaults to the zoo target in fp32 on ``device`` (None:
-    cuda when available); tests pass a tiny one. The heads train on the target's device."""
+    cuda when available); tests pass a tiny one. The heads train on the target's device. ``data`` is the data
+    folder (default ``out/data``): the EAGLE draft's, with its cached final-norm states, serves as it is."""
     run = begin_run(out, cfg, "specrepro.training.medusa", command)
     out, timer = run.out, run.timer
+    data = Path(data) if data is not None else out / "data"
 
     # 1. Data, as training.data writes it.
     with timer.phase("data"):
-        target = target if target is not None else load_model(cfg.target, dtype="fp32",
-                                                              device=resolve_device(device))
+        gen = target if target is not None else load_model(cfg.target, dtype=cfg.gen_dtype,
+                                                           device=resolve_device(device))
         dcfg = data_config(cfg)
-        made = generate_data(target.model, chat_format(target), dcfg, out / "data", task_openings(target.tokenizer))
-        examples = load_data(out / "data", dcfg)
+        made = generate_data(gen.model, chat_format(gen), dcfg, data, task_openings(gen.tokenizer))
+        examples = load_data(data, dcfg)
 
-    # 2. Backbone hidden states, once.
+    # 2. Backbone hidden states (the final-norm state), once per data folder.
     with timer.phase("hidden"):
-        hidden = hidden_states(target.model, examples, cfg.max_len)
+        hidden = [x.f for x in cached_features(gen.model, examples, (-1,), cfg.max_len, data)]
+        if target is None:
+            target = gen if cfg.gen_dtype == "fp32" else load_model(cfg.target, dtype="fp32",
+                                                                     device=resolve_device(device))
     val_ids = [i for i in range(len(examples)) if i % 20 == 0]
     train_ids = [i for i in range(len(examples)) if i % 20]
     all_pos = positions(examples, cfg.num_heads, cfg.max_len)
@@ -204,7 +205,8 @@ def train_medusa(cfg: MedusaTrainConfig, out: str | Path, target: LoadedModel | 
     trainable = sum(p.numel() for p in heads.parameters())
     backbone = sum(p.numel() for p in target.model.parameters())
     record = run.record(
-        data={"recipe": "specrepro.training.data.generate_data", "shards": cfg.shards, "task_shards": cfg.task_shards,
+        data={"recipe": "specrepro.training.data.generate_data", "folder": str(data), "shards": cfg.shards,
+              "task_shards": cfg.task_shards,
               "shards_generated_now": made, "conversations": len(examples), "train_conversations": len(train_ids),
               "val_conversations": len(val_ids), "train_positions": int(train_pos.conv.numel()),
               "val_positions": int(val_pos.conv.numel())},
@@ -219,13 +221,15 @@ def train_medusa(cfg: MedusaTrainConfig, out: str | Path, target: LoadedModel | 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m specrepro.training.medusa", description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", required=True, help="run folder (data shards are reused if present)")
+    parser.add_argument("--data", default=None, help="data folder (default OUT/data): the EAGLE draft's can serve")
     for f in dataclasses.fields(MedusaTrainConfig):
-        parser.add_argument(f"--{f.name.replace('_', '-')}", type=type(f.default), default=f.default)
+        choices = GEN_DTYPES if f.name == "gen_dtype" else None
+        parser.add_argument(f"--{f.name.replace('_', '-')}", type=type(f.default), default=f.default, choices=choices)
     parser.add_argument("--device", default="auto", help="where the target runs: auto (cuda when available), cpu, "
                                                           "cuda or cuda:N")
     args = vars(parser.parse_args(argv))
-    out, device = args.pop("out"), resolve_device(args.pop("device"))
-    record = train_medusa(MedusaTrainConfig(**args), out, device=device)
+    out, data, device = args.pop("out"), args.pop("data"), resolve_device(args.pop("device"))
+    record = train_medusa(MedusaTrainConfig(**args), out, data=data, device=device)
     print(json.dumps({"held_out_topk_accuracy": record["held_out_topk_accuracy"], "heads": record["heads"],
                       "times_s": record["times_s"]}, indent=1))
 

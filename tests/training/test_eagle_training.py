@@ -8,8 +8,8 @@ import torch
 from specrepro.drafters.eagle import EagleConfig, EagleDraft, causal
 from specrepro.engine.models import tiny_model
 from specrepro.training.data import Example
-from specrepro.training.eagle import (Features, held_out_ranks, sequence_loss, target_features, unroll,
-                                      unroll_masks)
+from specrepro.training.eagle import held_out_ranks, sequence_loss, unroll, unroll_masks
+from specrepro.training.features import Features, target_features
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
