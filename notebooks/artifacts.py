@@ -28,7 +28,7 @@ import sys
 from pathlib import Path
 
 from specrepro.run import plots
-from specrepro.core.provenance import environment, git_revision
+from specrepro.core.provenance import LoadWatch, environment, git_revision
 
 INDEX_NAME = "index.json"
 VERDICTS_STEM = "verdicts"  # figures/<notebook>/verdicts.csv: the claims that notebook decides
@@ -88,6 +88,7 @@ class Artifacts:
 
     def __init__(self, stem: str, root: Path | str | None = None):
         self.stem = stem
+        self.load = LoadWatch()  # what other processes kept busy while this notebook timed anything
         revision = git_revision(ignore=("figures", "notebooks/executed"))  # the checkout the package runs from
         self.commit = revision[:10] + revision[40:]  # "abcdef1234", or with " (with uncommitted changes)"
         self.dir = artifact_dir(stem, root)
@@ -111,6 +112,9 @@ class Artifacts:
             "item": item,
             "notebook": f"notebooks/{self.stem}.ipynb",
             "description": description,
+            # the cores other processes kept busy from the notebook's start to this artifact (mean, max): the
+            # report calls a speed row timed under load noisy, not decided
+            "machine_load": self.load.summary(),
             **facts,  # a figure's "document_number": whether it draws the document's own number
         })
         self._write_index()
@@ -156,8 +160,16 @@ class Artifacts:
 
     def verdicts(self, verdicts: list, *, document: str, item: str, description: str) -> list[Path]:
         """Save the claims this notebook decides (``specrepro.metrics.verdict.Verdict``s) as ``verdicts.csv`` and
-        ``verdicts.md``; ``reproduction.write_verdicts`` gathers every notebook's into ``figures/VERDICTS.md``."""
-        rows = [{**v.row(), "notebook": f"notebooks/{self.stem}.ipynb"} for v in verdicts]
+        ``verdicts.md``; ``reproduction.write_verdicts`` gathers every notebook's into ``figures/VERDICTS.md``.
+        A timed claim is noisy, not decided, when other processes kept the CPU busy while this notebook ran
+        (``specrepro.metrics.verdict.under_load``); each row says how busy (``others_busy_cores``)."""
+        from specrepro.metrics.verdict import under_load
+
+        load = self.load.summary()
+        busy = load["mean"] if load else None
+        verdicts = [under_load(v, busy) if busy is not None else v for v in verdicts]
+        rows = [{**v.row(), "others_busy_cores": busy if v.timed else None, "notebook": f"notebooks/{self.stem}.ipynb"}
+                for v in verdicts]
         ids = [row["claim"] for row in rows]
         if len(set(ids)) != len(ids):
             raise ValueError(f"{self.stem} decides a claim twice: {sorted(i for i in ids if ids.count(i) > 1)}")

@@ -32,8 +32,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from claims import CLAIMS
-from claims.base import (FROM_NOTEBOOK, NO_RESULT, NOT_COMPARABLE, NOT_REPRODUCED, REPRODUCED, UNDECIDED, VERDICTS,
-                         Artifact, Claim, Exact, Interval, MachineSpecific, Outcome, Row, Tables, Unreadable, decided)
+from claims.base import (FROM_NOTEBOOK, NO_RESULT, NOISY, NOT_COMPARABLE, NOT_REPRODUCED, REPRODUCED, UNDECIDED,
+                         VERDICTS, Artifact, Claim, Exact, Interval, MachineSpecific, Outcome, Row, Tables, Unreadable,
+                         decided)
 
 ROOT = Path(__file__).resolve().parents[1]
 SEEDS = ROOT.parent / "shared" / "seeds"  # the founding documents sit beside the clone, as in CI
@@ -162,9 +163,26 @@ def _names(paths: list[str], keep_suffix: bool = False) -> list[str]:
             for p, s in zip(paths, short)]
 
 
+def timed_under_load(claim: Claim, run: Tables) -> str | None:
+    """Why ``claim``'s speed artifacts decide nothing: the first one written while other processes kept at least
+    ``BUSY_CORES`` cores busy on average (``machine_load`` in its notebook's index.json); None when none was."""
+    from specrepro.core.provenance import BUSY_CORES
+
+    for artifact in claim.artifacts:
+        if not (isinstance(artifact.tolerance, MachineSpecific) and "speed" in artifact.tolerance.why):
+            continue
+        entries = _json(run.folder / artifact.csv.split("/")[0] / "index.json") or []
+        load = next((e.get("machine_load") for e in entries if e.get("artifact") == artifact.csv), None)
+        if load and load.get("mean", 0) >= BUSY_CORES:
+            return (f"{artifact.csv} was timed while other processes kept {load['mean']:.2f} cores busy on average "
+                    f"(≥ {BUSY_CORES:g}; at worst {load['max']:.2f}): not decided")
+    return None
+
+
 def judge(claim: Claim, run: Tables) -> Outcome:
     """``claim``'s outcome on ``run``; never raises. A row decided by the notebooks' claims (``decided_by``) cannot
-    disagree with ``VERDICTS.md``: a judge that returns another verdict gives no result, saying so."""
+    disagree with ``VERDICTS.md``: a judge that returns another verdict gives no result, saying so. A row judged
+    here on timings taken under load is noisy (its notebook's claims already say so for the rows they decide)."""
     try:
         outcome = claim.judge(run)
         if claim.decided_by and outcome.verdict != NO_RESULT:
@@ -172,6 +190,10 @@ def judge(claim: Claim, run: Tables) -> Outcome:
             if outcome.verdict != theirs:
                 return Outcome(outcome.ours, NO_RESULT, f"the judge says {outcome.verdict!r} where VERDICTS.md's "
                                                         f"{', '.join(claim.decided_by)} say {theirs!r}")
+        loaded = None if claim.decided_by else timed_under_load(claim, run)
+        if loaded and outcome.verdict in (REPRODUCED, NOT_REPRODUCED, UNDECIDED):
+            return Outcome(outcome.ours, NOISY, f"{loaded} (the criterion alone would say {outcome.verdict}: "
+                                                f"{outcome.reason})", outcome.paper)
         return outcome
     except Unreadable as error:
         return Outcome("—", NO_RESULT, str(error))
@@ -337,7 +359,9 @@ GUIDE = """\
   ask whether the claim's direction holds, within the interval where the CSV carries one. A row whose criterion
   says "decided by" takes its verdict from those claims in `VERDICTS.md` (holds → reproduced, fails → not
   reproduced), the one place they are decided. *Undecided, n too small*: the measurement cannot tell (its interval
-  straddles the criterion, fewer than 5 prompts, too few sizes, or no interval at all). *Not comparable*: the
+  straddles the criterion, fewer than 5 prompts, too few sizes, or no interval at all). *Noisy, timed under
+  load*: a speed row whose timings were taken while other processes kept at least half a core busy on average
+  (each artifact records the load its notebook ran under); it decides nothing. *Not comparable*: the
   document prints nothing to compare, or describes other data. *No result*: this run did not write a CSV the row
   reads, or wrote it with other columns or rows.
 - **vs committed**: *exact* tolerances (simulations; fp32 measurements that carry no interval) call any changed
@@ -350,6 +374,7 @@ GUIDE = """\
 def _header(rows: list[ReportRow], figures: Path, committed: Path | None) -> list[str]:
     verdicts, movements = _counts(rows)
     no_result = f" · {verdicts[NO_RESULT]} no result" if verdicts[NO_RESULT] else ""
+    noisy = f" · {verdicts[NOISY]} {NOISY}" if verdicts[NOISY] else ""
     before = (f" Committed copy: {_conditions_line(committed)}." if committed is not None
               else " No committed copy was given: every row is new.")
     return [
@@ -359,7 +384,8 @@ def _header(rows: list[ReportRow], figures: Path, committed: Path | None) -> lis
         "row per item of the catalogue in `shared/seeds/README.md` (\"Every figure and table to regenerate\").",
         "",
         f"**{len(rows)} items: {verdicts[REPRODUCED]} reproduced · {verdicts[NOT_REPRODUCED]} not reproduced · "
-        f"{verdicts[UNDECIDED]} undecided, n too small · {verdicts[NOT_COMPARABLE]} not comparable{no_result}.**",
+        f"{verdicts[UNDECIDED]} undecided, n too small{noisy} · {verdicts[NOT_COMPARABLE]} not comparable"
+        f"{no_result}.**",
         "",
         f"**Against the committed copy: {movements[MOVED]} moved · {movements[UNCHANGED]} unchanged · "
         f"{movements[NEW]} new · {movements[MACHINE]} machine-specific only · {movements[NOT_COMPARED]} not "
@@ -452,18 +478,22 @@ def rows_decided_by(claims=CLAIMS) -> dict[str, list[str]]:
 
 def render_verdicts(rows: list[dict], decides: dict[str, list[str]]) -> str:
     """``VERDICTS.md``'s Markdown: one row per notebook claim, with its rule and the report rows it decides."""
+    from specrepro.core.provenance import BUSY_CORES
     from specrepro.metrics.verdict import MIN_PROMPTS
 
     counts = {v: sum(r["verdict"] == v for r in rows) for v in FROM_NOTEBOOK}
+    counts = {v: n for v, n in counts.items() if n or v != NOISY}  # noisy named only when a claim is
     lines = ["# Verdicts: one per claim", "",
              f"Written by `notebooks/reproduction.py` from each notebook's `verdicts.csv` at the end of every `make "
              f"figures` run; do not edit by hand. Each claim is decided in one notebook (`specrepro/metrics/verdict.py`)"
              f", by where the 95% paired-bootstrap interval of its statistic lies against the threshold: **holds** (the "
              f"whole interval on the claimed side), **fails** (the whole interval on the other side), **undecided, n "
              f"too small** (it straddles the threshold). A claim measured on fewer than {MIN_PROMPTS} prompts is "
-             f"undecided whatever its interval; a compound claim (\"holds if …\") is decided by its parts. The rule "
-             f"column says which applied. Where the last column names a row of `REPRODUCTION.md`, that row's verdict "
-             f"is this one (holds → reproduced, fails → not reproduced), never decided again.", ""]
+             f"undecided whatever its interval; a claim resting on timings taken while other processes kept at least "
+             f"{BUSY_CORES:g} cores busy on average is **{NOISY}**, not decided (`others_busy_cores` in its "
+             f"`verdicts.csv`); a compound claim (\"holds if …\") is decided by its parts. The rule column says "
+             f"which applied. Where the last column names a row of `REPRODUCTION.md`, that row's verdict is this one "
+             f"(holds → reproduced, fails → not reproduced, noisy → noisy), never decided again.", ""]
     lines += [", ".join(f"{n} {v}" for v, n in counts.items()) + f" ({len(rows)} claims).", "",
               "| claim | statement | n | estimate | 95% interval | threshold | verdict | rule | decided in | "
               "decides the report's row |", "|---|---|---|---|---|---|---|---|---|---|"]

@@ -203,3 +203,29 @@ def test_a_timed_notebook_runs_alone_outside_smoke():
     assert not rn.startable(plain, [True], "quick")
     assert rn.startable(plain, [False], "quick")
     assert rn.startable(timed, [False], "smoke") and rn.startable(plain, [False], "smoke")  # smoke shares
+
+
+def test_a_timed_claim_is_noisy_when_other_processes_kept_the_cpu_busy_and_the_report_says_so(tmp_path, monkeypatch):
+    """The notebook's LoadWatch decides it: a timed claim made under load is written noisy, with the load; the
+    verdicts' page counts it; a claim resting on no timing is decided as ever."""
+    import csv
+
+    from artifacts import Artifacts
+    from reproduction import write_verdicts
+    from specrepro.metrics.verdict import NOISY, at_least
+
+    monkeypatch.delenv("SPECREPRO_ARTIFACTS_STAGING", raising=False)
+    art = Artifacts("loaded", tmp_path)
+    monkeypatch.setattr(art.load, "summary", lambda: {"mean": 1.25, "max": 1.9, "seconds": 60.0})
+    speed = at_least("toy.speedup", "toy ≥ 1.3x", "8 prompts", 1.5, (1.4, 1.6), 1.3, timed=True)
+    alpha = at_least("toy.alpha", "α ≥ 0.5", "8 prompts", 0.7, (0.6, 0.8), 0.5)
+    art.verdicts([speed, alpha], document="d", item="i", description="x")
+    with (tmp_path / "figures" / "loaded" / "verdicts.csv").open() as handle:
+        rows = {r["claim"]: r for r in csv.DictReader(handle)}
+    assert rows["toy.speedup"]["verdict"] == NOISY and rows["toy.speedup"]["others_busy_cores"] == "1.25"
+    assert rows["toy.alpha"]["verdict"] == "holds" and rows["toy.alpha"]["others_busy_cores"] == "None"
+    text = write_verdicts(tmp_path / "figures").read_text()
+    assert f"1 holds, 0 fails, 0 undecided, n too small, 1 {NOISY} (2 claims)" in text
+    assert f"**{NOISY}**" in text and "1.25 cores busy" in text
+    index = json.loads((tmp_path / "figures" / "loaded" / "index.json").read_text())
+    assert all(e["machine_load"]["mean"] == 1.25 for e in index)  # each artifact: the load it was made under

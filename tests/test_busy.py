@@ -30,3 +30,29 @@ def test_the_warning_follows_other_processes_not_the_load_average(capsys):
     assert "kept 1.2 of" in capsys.readouterr().err
     bench_session.warn_if_busy({"busy_cores": None, "load_average": [99.0, 9.0, 9.0]})  # no /proc/stat: the load
     assert "load 99.0" in capsys.readouterr().err
+
+
+def write_proc(proc, total, idle, ticks: dict[int, tuple[int, int]]):
+    """A fake /proc: the machine's ticks, and per pid (ppid, utime + stime + cutime + cstime spread over them)."""
+    write_stat(proc / "stat", total - idle, idle)
+    for pid, (ppid, spent) in ticks.items():
+        (proc / str(pid)).mkdir(exist_ok=True)
+        fields = ["S", str(ppid)] + ["0"] * 9 + [str(spent), "0", "0", "0"] + ["0"] * 30
+        (proc / str(pid) / "stat").write_text(f"{pid} (a (b) c) " + " ".join(fields) + "\n")
+
+
+def test_the_load_watch_counts_other_processes_and_not_this_process_or_its_children(tmp_path):
+    from specrepro.core.provenance import LoadWatch
+    me, cores = os.getpid(), os.cpu_count() or 1
+    write_proc(tmp_path, 1000, 800, {me: (1, 10), 4242: (me, 0), 777: (1, 5)})
+    watch = LoadWatch(period=3600, proc=tmp_path)  # the thread would sample in an hour: this test samples by hand
+    # 200 ticks pass, 150 of them busy: this process 50, its child 30, so other processes 70
+    write_proc(tmp_path, 1200, 850, {me: (1, 60), 4242: (me, 30), 777: (1, 75)})
+    load = watch.summary()
+    assert load["mean"] == round(cores * 70 / 200, 3) and load["max"] == load["mean"]
+    # the child exits and is reaped: its ticks move to this process's cutime, and are still ours
+    (tmp_path / "4242" / "stat").unlink()
+    (tmp_path / "4242").rmdir()
+    write_proc(tmp_path, 1400, 1050, {me: (1, 90), 777: (1, 75)})  # 200 ticks, none busy but ours
+    assert watch.summary()["mean"] == round(cores * 70 / 400, 3)
+    assert LoadWatch(proc=tmp_path / "missing").summary() is None  # no /proc: nothing recorded

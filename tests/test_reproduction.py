@@ -368,3 +368,28 @@ def test_ppd_fig1_is_decided_on_the_paired_interval_when_the_csv_has_one(tmp_pat
         rewrite(run / ppd.PPD_COST, interval(low, high, prompts))
         verdicts.append(row_for(rp.evaluate(run, None), "Fig. 1 memory/speedup").outcome.verdict)
     assert verdicts == [rp.REPRODUCED, rp.NOT_REPRODUCED, rp.UNDECIDED, rp.UNDECIDED]
+
+
+@needs_figures
+def test_a_speed_row_timed_under_load_is_noisy_in_the_report_not_decided(tmp_path):
+    """The load each artifact was made under (its index.json) decides whether a speed row may be judged; a row
+    decided by the notebooks' claims takes their noisy verdict."""
+    run = copy_csvs(FIGURES, tmp_path / "run")
+    index = run / ppd.PPD_FIG5.split("/")[0] / "index.json"
+    entries = json.loads(index.read_text())
+    for e in entries:
+        e["machine_load"] = {"mean": 0.2, "max": 0.4, "seconds": 60.0}
+    index.write_text(json.dumps(entries))
+    assert row_for(rp.evaluate(run, None), "Fig. 5 throughput by task").outcome.verdict != rp.NOISY  # quiet
+    for e in entries:
+        e["machine_load"] = {"mean": 1.3, "max": 1.9, "seconds": 60.0} if e["artifact"] == ppd.PPD_FIG5 else None
+    index.write_text(json.dumps(entries))
+    row = row_for(rp.evaluate(run, None), "Fig. 5 throughput by task")
+    assert row.outcome.verdict == rp.NOISY and "1.30 cores busy" in row.outcome.reason
+    assert "the criterion alone would say" in row.outcome.reason
+    rewrite(run / "mjsd_joint_decoding/verdicts.csv", lambda rows: [
+        r.update(verdict=rp.NOISY) for r in rows if r["claim"] == "mjsd.accepted_per_iteration_over_speculative"])
+    report_rows = rp.evaluate(run, None)
+    assert row_for(report_rows, "Fig. 3 accepted tokens per iteration").outcome.verdict == rp.NOISY
+    text = rp.render(report_rows, run, None, run)
+    assert f"2 {rp.NOISY}" in text.split("\n\n")[2]  # the header counts them

@@ -24,17 +24,18 @@ from fractions import Fraction
 from pathlib import Path
 from typing import Callable
 
-from specrepro.metrics.verdict import FAILS, HOLDS, UNDECIDED as NOTEBOOK_UNDECIDED, combine
+from specrepro.metrics.verdict import FAILS, HOLDS, NOISY, UNDECIDED as NOTEBOOK_UNDECIDED, combine
 
 
 # Verdicts a judge gives. UNDECIDED is ``specrepro.metrics.verdict``'s word: the measurement cannot tell (its interval
-# straddles the criterion, or too few prompts or sizes were measured); NOT_COMPARABLE is for a document that prints
-# nothing to compare, or describes other data.
+# straddles the criterion, or too few prompts or sizes were measured); NOISY too: a speed row timed while other
+# processes kept the CPU busy decides nothing; NOT_COMPARABLE is for a document that prints nothing to compare, or
+# describes other data.
 REPRODUCED, NOT_REPRODUCED, UNDECIDED = "reproduced", "not reproduced", NOTEBOOK_UNDECIDED  # (the same words)
 NOT_COMPARABLE, NO_RESULT = "not comparable", "no result"
-VERDICTS = (REPRODUCED, NOT_REPRODUCED, UNDECIDED, NOT_COMPARABLE, NO_RESULT)
+VERDICTS = (REPRODUCED, NOT_REPRODUCED, UNDECIDED, NOISY, NOT_COMPARABLE, NO_RESULT)
 # The notebooks' verdicts (``figures/VERDICTS.md``) and the report's verdict each stands for.
-FROM_NOTEBOOK = {HOLDS: REPRODUCED, FAILS: NOT_REPRODUCED, NOTEBOOK_UNDECIDED: UNDECIDED}
+FROM_NOTEBOOK = {HOLDS: REPRODUCED, FAILS: NOT_REPRODUCED, NOTEBOOK_UNDECIDED: UNDECIDED, NOISY: NOISY}
 
 FP32_NO_INTERVAL = "fp32 measurement with fixed seeds; the CSV carries no interval or count"
 

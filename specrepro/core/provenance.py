@@ -59,24 +59,102 @@ def atomic_write_bytes(path: Path, data: bytes) -> Path:
     return path
 
 
+BUSY_CORES = 0.5  # other processes' CPU use, in cores, from which a timing counts as shared (noisy)
+
+
+def _cpu_ticks(stat: Path = Path("/proc/stat")) -> tuple[int, int]:
+    """The machine's (total, idle + iowait) CPU ticks since boot: the "cpu" line of ``/proc/stat``."""
+    fields = [int(x) for x in stat.read_text().split("\n", 1)[0].split()[1:]]
+    return sum(fields), fields[3] + (fields[4] if len(fields) > 4 else 0)
+
+
 def busy_cores(seconds: float = 0.5, stat: Path = Path("/proc/stat")) -> float | None:
     """Cores the rest of the machine kept busy over the next ``seconds``, while this process sleeps: what a timing
     started now would share the CPU with. The load average cannot tell that apart, since it still counts, for a
     minute after, the work this process (or the notebook before it) did itself. None where ``/proc/stat`` is not."""
     import time
 
-    def sample() -> tuple[int, int]:
-        fields = [int(x) for x in stat.read_text().split("\n", 1)[0].split()[1:]]  # the "cpu" line, in ticks
-        return sum(fields), fields[3] + (fields[4] if len(fields) > 4 else 0)  # total, idle + iowait
-
     try:
-        total0, idle0 = sample()
+        total0, idle0 = _cpu_ticks(stat)
         time.sleep(seconds)
-        total1, idle1 = sample()
+        total1, idle1 = _cpu_ticks(stat)
     except (OSError, ValueError, IndexError):
         return None
     spent = total1 - total0
     return 0.0 if spent <= 0 else (os.cpu_count() or 1) * (1 - (idle1 - idle0) / spent)
+
+
+def _tree_ticks(root: int, proc: Path = Path("/proc")) -> int:
+    """CPU ticks spent by process ``root`` and its descendants, and by the children they have reaped (utime, stime,
+    cutime and cstime of each: a child that exits and is waited for stays counted)."""
+    parent, ticks = {}, {}
+    for entry in proc.iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()  # after "pid (comm)"
+        except (OSError, IndexError):
+            continue  # it exited meanwhile
+        parent[int(entry.name)] = int(fields[1])
+        ticks[int(entry.name)] = sum(int(x) for x in fields[11:15])
+    tree, grew = {root}, True
+    while grew:
+        more = {pid for pid, ppid in parent.items() if ppid in tree} - tree
+        tree |= more
+        grew = bool(more)
+    return sum(ticks.get(pid, 0) for pid in tree)
+
+
+class LoadWatch:
+    """What the timings of this process share the CPU with while it runs: every ``period`` seconds, on a daemon
+    thread, the cores other processes kept busy (the machine's busy ticks less those of this process, its
+    descendants and the children they reaped). A notebook's artifacts start one, so that a claim timed under load is
+    marked noisy, not decided (``metrics.verdict.under_load``). Records nothing where ``/proc`` is not."""
+
+    def __init__(self, period: float = 5.0, proc: Path = Path("/proc")):
+        import threading
+
+        self.period, self.proc, self.pid = period, proc, os.getpid()
+        self.intervals: list[tuple[int, int]] = []  # (other processes' busy ticks, all ticks) per interval
+        self._lock = threading.Lock()
+        self._last = self._read()
+        if self._last is not None:
+            self._done = threading.Event()
+            threading.Thread(target=self._run, name="specrepro-load-watch", daemon=True).start()
+
+    def _read(self) -> tuple[int, int, int] | None:
+        try:
+            total, idle = _cpu_ticks(self.proc / "stat")
+            return total, total - idle, _tree_ticks(self.pid, self.proc)
+        except (OSError, ValueError, IndexError):
+            return None
+
+    def _run(self) -> None:
+        while not self._done.wait(self.period):
+            self.sample()
+
+    def sample(self) -> None:
+        """Close the interval since the last sample (the watch does it every ``period``; ``summary`` once more)."""
+        now = self._read()
+        with self._lock:
+            if now is None or self._last is None or now[0] <= self._last[0]:
+                return
+            (total0, busy0, ours0), (total1, busy1, ours1) = self._last, now
+            self.intervals.append((max(0, (busy1 - busy0) - (ours1 - ours0)), total1 - total0))
+            self._last = now
+
+    def summary(self) -> dict | None:
+        """{"mean", "max": cores other processes kept busy, on average and in the worst interval, "seconds"
+        watched}, up to now; None where nothing could be read."""
+        self.sample()
+        with self._lock:
+            if not self.intervals:
+                return None
+            cores = os.cpu_count() or 1
+            others, total = (sum(x) for x in zip(*self.intervals))
+            worst = max(cores * o / t for o, t in self.intervals)
+            return {"mean": round(cores * others / total, 3), "max": round(worst, 3),
+                    "seconds": round(total / cores / os.sysconf("SC_CLK_TCK"), 1)}
 
 
 def lock_pins(lock: Path = LOCK_FILE) -> dict[str, str]:

@@ -42,7 +42,7 @@ import torch
 from ..core.config import SamplingConfig
 from ..core.proposal import Scores
 from ..core.tree import TreeSize
-from ..engine.llama import linear
+from ..engine.llama import linear, module_linear
 from . import medusa
 from .base import Proposal, StepFeedback, TreeDrafter
 from .weights import read_folder, save_folder
@@ -117,7 +117,7 @@ class EagleDraft(torch.nn.Module):
     def reduce(self, features: torch.Tensor) -> torch.Tensor:
         """The target's features [..., F] -> the draft's input state g [..., H] (fused when F > H)."""
         features = features.to(self.fc.weight.dtype)
-        return features if self.fuse is None else _linear(self.fuse, features)
+        return features if self.fuse is None else module_linear(self.fuse, features)
 
     def forward(self, features: torch.Tensor, tokens: torch.Tensor, positions: torch.Tensor, allowed: torch.Tensor,
                 past: KV | None = None) -> tuple[torch.Tensor, KV]:
@@ -126,22 +126,23 @@ class EagleDraft(torch.nn.Module):
         keys/values -> (f̂ [B, S, H], the keys/values of K+S positions)."""
         from transformers.models.llama.modeling_llama import apply_rotary_pos_emb
         embeds = self._embed(tokens).to(self.fc.weight.dtype)  # [B, S, H]
-        x = _linear(self.fc, torch.cat([features.to(embeds.dtype), embeds], dim=-1))  # [B, S, H]
+        x = module_linear(self.fc, torch.cat([features.to(embeds.dtype), embeds], dim=-1))  # [B, S, H]
         layer, attn = self.layer, self.layer.self_attn
         b, s, _ = x.shape
         h = layer.input_layernorm(x)
-        q = _linear(attn.q_proj, h).view(b, s, self.n_heads, self.head_dim).transpose(1, 2)  # [B, nh, S, D]
-        k = _linear(attn.k_proj, h).view(b, s, self.n_kv, self.head_dim).transpose(1, 2)  # [B, H_kv, S, D]
-        v = _linear(attn.v_proj, h).view(b, s, self.n_kv, self.head_dim).transpose(1, 2)
+        q = module_linear(attn.q_proj, h).view(b, s, self.n_heads, self.head_dim).transpose(1, 2)  # [B, nh, S, D]
+        k = module_linear(attn.k_proj, h).view(b, s, self.n_kv, self.head_dim).transpose(1, 2)  # [B, H_kv, S, D]
+        v = module_linear(attn.v_proj, h).view(b, s, self.n_kv, self.head_dim).transpose(1, 2)
         cos, sin = self._rotary(x, positions)
         q, k = apply_rotary_pos_emb(q, k, cos, sin)
         if past is not None:
             k, v = torch.cat([past.keys, k], dim=-2), torch.cat([past.values, v], dim=-2)  # [B, H_kv, K+S, D]
         out = torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=allowed.to(q.device),
                                                                scale=self.scaling, enable_gqa=True)  # [B, nh, S, D]
-        x = x + _linear(attn.o_proj, out.transpose(1, 2).reshape(b, s, -1))
+        x = x + module_linear(attn.o_proj, out.transpose(1, 2).reshape(b, s, -1))
         h, mlp = layer.post_attention_layernorm(x), layer.mlp
-        x = x + _linear(mlp.down_proj, mlp.act_fn(_linear(mlp.gate_proj, h)) * _linear(mlp.up_proj, h))
+        gated = mlp.act_fn(module_linear(mlp.gate_proj, h)) * module_linear(mlp.up_proj, h)
+        x = x + module_linear(mlp.down_proj, gated)
         return self.norm(x), KV(k, v)
 
     def head_weight(self) -> torch.Tensor:
@@ -163,11 +164,6 @@ class EagleDraft(torch.nn.Module):
     def token_ids(self, rows: torch.Tensor) -> torch.Tensor:
         """Head rows -> token ids."""
         return rows if not self.vocab.numel() else self.vocab[rows]
-
-
-def _linear(module: torch.nn.Linear, x: torch.Tensor) -> torch.Tensor:
-    """``module(x)``, with its weight reordered for oneDNN once where that pays (``engine.llama.linear``)."""
-    return linear(x, module.weight, module.bias)
 
 
 def save_draft(draft: EagleDraft, config: EagleConfig, folder: str | Path) -> Path:

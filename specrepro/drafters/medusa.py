@@ -27,7 +27,7 @@ import torch
 from ..core import cost
 from ..core.config import SamplingConfig
 from ..core.tree import TreeSize
-from ..engine.llama import linear
+from ..engine.llama import module_linear
 from .base import Proposal, StepFeedback, TreeDrafter
 from .weights import read_folder, save_folder
 
@@ -57,7 +57,7 @@ class MedusaHeads(torch.nn.Module):
 
     def forward(self, hidden: torch.Tensor) -> torch.Tensor:
         """hidden [..., H] -> each head's transformed state [K, ..., H] (the LM head then gives logits)."""
-        return torch.stack([hidden + torch.nn.functional.silu(linear(hidden, block.weight, block.bias))
+        return torch.stack([hidden + torch.nn.functional.silu(module_linear(block, hidden))
                             for block in self.blocks])
 
 

@@ -110,6 +110,11 @@ def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = No
     return packed_linear(x, held[1], bias)
 
 
+def module_linear(module: torch.nn.Linear, x: torch.Tensor) -> torch.Tensor:
+    """``module(x)`` through ``linear``: an ``nn.Linear`` of a draft or head, its weight packed once."""
+    return linear(x, module.weight, module.bias)
+
+
 @dataclass(frozen=True)
 class Q4:
     """A weight [N, K] held as 4-bit integers q with a scale d and a zero z per group of ``BLOCK`` inputs,

@@ -16,7 +16,7 @@ from typing import Sequence
 import torch
 
 from ..core.decoding import model_device
-from ..core.provenance import busy_cores, environment, git_revision
+from ..core.provenance import BUSY_CORES, busy_cores, environment, git_revision
 from ..methods import Cost
 from ..metrics.calibrate import measure
 from ..metrics.profile import DEFAULT_NS, Profile, ProfileKey, cpu_info
@@ -49,9 +49,6 @@ def session_info(config: BenchConfig, device: torch.device) -> dict:
         "load_average": list(os.getloadavg()) if hasattr(os, "getloadavg") else None,
         "seeds": [config.seed + r for r in range(config.repeats)],
     }
-
-
-BUSY_CORES = 0.5  # other processes' CPU use, in cores, from which a session's timings count as shared
 
 
 def warn_if_busy(session: dict) -> None:

@@ -381,8 +381,9 @@ def claims(results: dict[str, BenchResult], chosen: dict[str, dict], fig1_result
             rows.append({**row, "ours": energy_source if fields[0] == "energy_j" else "n/a", **decided,
                          "verdict": "not decided: not measured here", "claim_id": ""})
             continue
+        timed = fields in (speed, ("energy_j", "new_tokens"))  # tokens/s, or joules of a timed run
         v = decide(claim_id, f"{claim} {sign} {form.format(threshold)} (the paper: {paper})", x, statistic,
-                   threshold, side, seed=seed)
+                   threshold, side, seed=seed, timed=timed)
         verdicts.append(v)
         rows.append({**row, "ours": _ours(v, form, x, kinds, statistic), **decided, "verdict": v.verdict,
                      "claim_id": claim_id})

@@ -55,3 +55,20 @@ def test_decide_on_few_prompts_is_undecided_whatever_the_interval():
                   "at_most").verdict == FAILS
     with pytest.raises(ValueError, match="side"):
         decide("c", "s", np.ones(MIN_PROMPTS), np.mean, 1.0, "above")
+
+
+def test_a_claim_timed_under_load_is_noisy_and_a_compound_one_is_decided_again_from_its_parts():
+    from specrepro.metrics.verdict import NOISY, combine, under_load
+    speed = at_least("speed", "s", "n", 1.5, (1.4, 1.6), 1.3, timed=True)
+    quality_ok = at_most("nll", "s", "n", 0.0, (-0.02, 0.04), 0.05)
+    quality_bad = at_most("nll", "s", "n", 0.2, (0.1, 0.3), 0.05)
+    assert under_load(speed, 0.4) == speed  # below BUSY_CORES: as decided
+    noisy = under_load(speed, 1.2)
+    assert noisy.verdict == NOISY and "1.20 cores busy" in noisy.rule and noisy.estimate == speed.estimate
+    assert under_load(quality_bad, 1.2) == quality_bad  # nothing timed: the load says nothing about it
+    both = all_of("both", "s", [speed, quality_ok])
+    assert both.timed and both.verdict == HOLDS and under_load(both, 1.2).verdict == NOISY
+    failed = all_of("both", "s", [speed, quality_bad])
+    assert failed.verdict == FAILS and under_load(failed, 1.2).verdict == FAILS  # fails on what was not timed
+    assert combine([HOLDS, NOISY]) == NOISY and combine([NOISY, FAILS]) == FAILS and combine([UNDECIDED, NOISY]) == NOISY
+    assert "parts" not in speed.row() and speed.row()["timed"] is True
