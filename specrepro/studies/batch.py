@@ -300,21 +300,33 @@ def throughput_rows(cells: Sequence[dict]) -> list[dict]:
             for cell in cells for label in cell["batches"][0]["runs"]]
 
 
+def decode_step_ms(cell: dict, label: str) -> float:
+    """``label``'s wall time per decode step in ``cell``: its walls less the batches' timed prefills, over its
+    target calls less one per batch (the first call of a batch is its prefill)."""
+    row = method_row(cell, label)
+    return 1e3 * (row["wall_s"] - row["prefill_s"]) / max(row["target_calls"] - len(cell["batches"]), 1)
+
+
 def table1_rows(cells: Sequence[dict], costs: dict) -> list[dict]:
-    """Fig. (c), the MJSD paper's Table 1 on our runs: per B, batched AR's wall time per step (the prefill included
-    in the first) at B over at 1, the median over the cells' γ (AR does not depend on γ; each cell runs it anew);
-    the same ratio of the raw one-token forward (``metrics.batching``, same context); per input (÷ B); and the
-    paper's Time/run at b over at 1 where Table 1 has the b."""
+    """Fig. (c), the MJSD paper's Table 1 on our runs: per B, batched AR's wall time per decode step at B over at 1
+    (``decode_step_ms``: the prefill, which grows with B's prompts, apart), the median over the cells' γ (AR does not
+    depend on γ; each cell runs it anew); the wall time per step with the prefill spread over the steps, as the
+    paper's Time/run counts it; the same ratio of the raw one-token forward (``metrics.batching``, same context); per
+    input (÷ B); and the paper's Time/run at b over at 1 where Table 1 has the b."""
     target = BatchingResult.from_dict(costs["target"])
     steps: dict[int, list[float]] = {}
+    decode: dict[int, list[float]] = {}
     for cell in cells:
         steps.setdefault(cell["batch"], []).append(method_row(cell, AR)["step_ms"])
+        decode.setdefault(cell["batch"], []).append(decode_step_ms(cell, AR))
     step = {b: statistics.median(v) for b, v in steps.items()}
+    dec = {b: statistics.median(v) for b, v in decode.items()}
     if 1 not in step:
         raise ValueError("the Table 1 check needs B = 1 among the batches")
     raw1 = target.cell(1, 1).latency.median_s
-    return [{"batch_size": b, "ar_step_ms": step[b], "step_over_b1": step[b] / step[1],
-             "step_per_input_over_b1": step[b] / step[1] / b,
+    return [{"batch_size": b, "ar_decode_step_ms": dec[b], "decode_step_over_b1": dec[b] / dec[1],
+             "decode_step_per_input_over_b1": dec[b] / dec[1] / b,
+             "ar_step_with_prefill_ms": step[b], "step_with_prefill_over_b1": step[b] / step[1],
              "forward_ms": 1e3 * target.cell(b, 1).latency.median_s,
              "forward_over_b1": target.cell(b, 1).latency.median_s / raw1,
              "mjsd_time_per_run_over_b1": (MJSD_TIME_PER_RUN[b] / MJSD_TIME_PER_RUN[1]
@@ -432,8 +444,9 @@ def statement_rows(speedups: Sequence[dict], betas: Sequence[dict], table1: Sequ
                     f"at B = {low['batch_size']}, {r['beta']:.3g} at B = {top} (γ+1 = {r['gamma'] + 1})",
                     "agrees": abs(r["beta"] - (r["gamma"] + 1)) < abs(low["beta"] - (r["gamma"] + 1))})
     last = max((r for r in table1 if r["mjsd_time_per_run_over_b1"] is not None), key=lambda r: r["batch_size"])
-    out.append({"statement": STATEMENTS["table1"], "measured": f"B = {last['batch_size']}: AR step "
-                f"{last['step_over_b1']:.3g}× the B = 1 step, raw forward {last['forward_over_b1']:.3g}× (paper's "
-                f"Time/run {last['mjsd_time_per_run_over_b1']:.3g}×)",
-                "agrees": last["step_over_b1"] <= TABLE1_ABOUT})
+    out.append({"statement": STATEMENTS["table1"], "measured": f"B = {last['batch_size']}: AR decode step "
+                f"{last['decode_step_over_b1']:.3g}× the B = 1 step ({last['step_with_prefill_over_b1']:.3g}× with the "
+                f"prefill spread over the steps), raw forward {last['forward_over_b1']:.3g}× (paper's Time/run "
+                f"{last['mjsd_time_per_run_over_b1']:.3g}×)",
+                "agrees": last["decode_step_over_b1"] <= TABLE1_ABOUT})
     return out

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import statistics
 
 import pytest
 
@@ -114,7 +115,16 @@ def test_method_row_counts(run):
     spec = study.method_row(cell, "speculative")
     assert spec["target_calls"] <= 5 and spec["draft"] == "batched"
     table1 = study.table1_rows(result.cells, result.costs)
-    assert [r["batch_size"] for r in table1] == [1, 2] and table1[0]["step_over_b1"] == 1.0
+    assert [r["batch_size"] for r in table1] == [1, 2] and table1[0]["decode_step_over_b1"] == 1.0
+    # a decode step: the walls less the timed prefill, over the calls less the prefill's one per batch (the median
+    # over the cells of that B)
+    assert study.decode_step_ms(cell, "ar") == pytest.approx(
+        1e3 * (ar["wall_s"] - ar["prefill_s"]) / (ar["target_calls"] - len(cell["batches"])))
+    at_2 = [c for c in result.cells if c["batch"] == 2]
+    assert table1[1]["ar_decode_step_ms"] == pytest.approx(
+        statistics.median(study.decode_step_ms(c, "ar") for c in at_2))
+    assert table1[1]["ar_step_with_prefill_ms"] == pytest.approx(
+        statistics.median(study.method_row(c, "ar")["step_ms"] for c in at_2))
     assert table1[1]["mjsd_time_per_run_over_b1"] == pytest.approx(0.397 / 0.376)
     assert len(study.throughput_rows(result.cells)) == 4 * 3
 
