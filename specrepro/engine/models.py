@@ -57,7 +57,9 @@ ZOO: dict[str, ZooEntry] = {
         description="3 Medusa heads for smollm2-135m-instruct (python -m specrepro.training.medusa)",
         package="specrepro",
         folder="zoo/smollm2-135m-medusa",
-        made_by=("python -m specrepro.training.medusa --out runs/medusa-v1 --seed 0 --steps 2000",),
+        made_by=("python -m specrepro.training.medusa --out /root/.cache/specrepro/train/medusa-1664 "
+                 "--data /root/.cache/specrepro/train/eagle-1536/data --gen-dtype bf16 --shards 12 --task-shards 12 "
+                 "--steps 5000 --threads 2",),
     ),
     "smollm2-135m-ppd": ZooEntry(
         description="3 PPD prompt tokens for smollm2-135m-instruct (python -m specrepro.training.ppd)",
@@ -70,8 +72,9 @@ ZOO: dict[str, ZooEntry] = {
         description="a one-layer EAGLE draft on smollm2-135m-instruct's features (python -m specrepro.training.eagle)",
         package="specrepro",
         folder="zoo/smollm2-135m-eagle",
-        made_by=("python -m specrepro.training.eagle --out /root/.cache/specrepro/train/eagle-1536-2700 --data /root/.cache/specrepro/train/eagle-1536/data --gen-dtype "
-                 "bf16 --shards 12 --task-shards 12 --steps 2700 --threads 2",
+        made_by=("python -m specrepro.training.eagle --out /root/.cache/specrepro/train/eagle-1536-2700 "
+                 "--data /root/.cache/specrepro/train/eagle-1536/data --gen-dtype bf16 --shards 12 --task-shards 12 "
+                 "--steps 2700 --threads 2",
                  "python -m specrepro.training.eagle --out /root/.cache/specrepro/train/eagle-1536 --gen-dtype bf16 "
                  "--shards 12 --task-shards 12 --steps 900 --threads 2"),
     ),
