@@ -34,8 +34,11 @@ RAY ?=
 PEERS ?=
 comma := ,
 EXTRAS := test$(if $(RAY),$(comma)ray)
-# llama.cpp's build, without the multimodal library (llava/mtmd) specrepro does not use: a shorter build
-PEERS_CMAKE_ARGS ?= -DLLAVA_BUILD=OFF
+# llama.cpp's build, without the multimodal library (llava/mtmd) specrepro does not use: a shorter build; and without
+# ggml's AMX kernels, whose matmul crashes (SIGSEGV in ggml_backend_amx_mul_mat) on the first forward of the offline
+# Q4_1 model on a Xeon with AMX (llama-cpp-python 0.3.36; upstream ggml-org/llama.cpp#20824, open): with the AMX-INT8
+# instructions off, ggml compiles its AMX code out and takes its AVX-512 path. A no-op on CPUs without AMX.
+PEERS_CMAKE_ARGS ?= -DLLAVA_BUILD=OFF -DCMAKE_C_FLAGS=-mno-amx-int8 -DCMAKE_CXX_FLAGS=-mno-amx-int8
 PEER_METHODS := llamacpp-ar,llamacpp-prompt-lookup
 
 .PHONY: venv models test figures bench gpu-check lab clean-venv lock
