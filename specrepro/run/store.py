@@ -80,8 +80,12 @@ class RunFolder:
     def __enter__(self) -> "RunFolder":
         check_writable(self.out, "--out")
         if not self.out.exists():
-            self.made = next(p for p in [self.out, *self.out.parents] if p.parent.exists())  # the top folder made
-            self.out.mkdir(parents=True)
+            made = next(p for p in [self.out, *self.out.parents] if p.parent.exists())  # the top folder made
+            try:
+                self.out.mkdir(parents=True)
+                self.made = made
+            except FileExistsError:  # another bench made it at the same moment: theirs, locked or about to be
+                pass
         try:
             self.lock()
         except BaseException:
@@ -94,6 +98,7 @@ class RunFolder:
         try:
             fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
+            self.made = None  # the folder is the holder's, whoever made it: never removed from under it
             handle.seek(0)
             pid = handle.read().strip()
             handle.close()
