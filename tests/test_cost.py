@@ -63,7 +63,7 @@ class FakeProfile:
     (ppd, ppd.PPDConfig(hidden_size=8, rank_probs=RANKS)),
 ])
 def test_tree_drafters_size_with_one_signature_through_the_cost_model(module, config, monkeypatch):
-    assert list(inspect.signature(module.choose_tree_size).parameters) == ["config", "profile", "gamma"]
+    assert list(inspect.signature(module.choose_tree_size).parameters)[:3] == ["config", "profile", "gamma"]
     seen = []
     real = cost.best_tree_size
     monkeypatch.setattr(cost, "best_tree_size", lambda *a, **k: seen.append(a) or real(*a, **k))
@@ -72,6 +72,23 @@ def test_tree_drafters_size_with_one_signature_through_the_cost_model(module, co
     assert choice.tau >= 1.0 and "hardware-aware" in choice.reason
     if module is medusa:  # the root and the n nodes in one forward
         assert choice.latency_s == FakeProfile.l_fp(choice.size + 1)
+
+
+def test_medusa_sizes_its_tree_with_the_heads_drafting_cost():
+    """The heads' drafting is paid once a step whatever the tree's size: the step's seconds include it, the predicted
+    speedup falls with it, a tree at least as large pays (a fixed cost weighs less against more tokens), and the
+    reason says so; the drafter measures it in place."""
+    config = medusa.MedusaConfig(hidden_size=8, rank_probs=RANKS)
+    free, costly = medusa.choose_tree_size(config, FakeProfile()), medusa.choose_tree_size(config, FakeProfile(),
+                                                                                          draft_step_s=0.4)
+    assert costly.latency_s == pytest.approx(FakeProfile.l_fp(costly.size + 1) + 0.4)
+    assert costly.size >= free.size and "the heads' drafting 400.00 ms" in costly.reason
+    assert "drafting" not in free.reason
+    speedup = lambda c: float(c.reason.rsplit("predicted ", 1)[1].rstrip("x)"))  # noqa: E731
+    assert speedup(costly) < speedup(free)
+    lm_head = torch.nn.Linear(8, 32, bias=False)
+    drafter = medusa.MedusaDrafter(medusa.MedusaHeads(8, 3), config, lm_head, tree_size=4)
+    assert 0 < drafter.forward_seconds(repeats=3) < 1
 
 
 def test_tree_drafters_declare_the_interface():

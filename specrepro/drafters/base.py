@@ -84,9 +84,9 @@ class TreeDrafter(Drafter):
     probabilities (Medusa heads, PPD prompt tokens).
 
     Its module also defines ``choose_tree_size(config, profile, gamma) -> tree.TreeSize``, the hardware-aware size
-    on a device profile; a method then runs ``drafter.resized(choice.size)``. A drafter that runs forwards of its
-    own (EAGLE's) also has ``forward_seconds()``, measured on this machine, which the planner hands to its
-    ``choose_tree_size`` as ``draft_step_s`` (``run.plan.plan_run``).
+    on a device profile; a method then runs ``drafter.resized(choice.size)``. A drafter that pays for its drafting
+    (EAGLE's draft forwards, Medusa's heads through the LM head) also has ``forward_seconds()``, measured on this
+    machine, which the planner hands to its ``choose_tree_size`` as ``draft_step_s`` (``run.plan.plan_run``).
     """
 
     def __init__(self, config: RankedWeights, tree_size: int):

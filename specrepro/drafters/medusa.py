@@ -18,6 +18,8 @@ number of heads, target, the rank probabilities of every head measured on held-o
 """
 from __future__ import annotations
 
+import statistics
+import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -135,14 +137,22 @@ def hardware_tree_size(rank_probs, depth: int, l_fp, n_max: int = 63, draft_s=No
     return cost.best_tree_size(lambda n: tree_point(rank_probs, n, depth, l_fp, draft_s), range(1, n_max + 1))
 
 
-def choose_tree_size(config: MedusaConfig, profile, gamma: int | str = "auto") -> TreeSize:
+def choose_tree_size(config: MedusaConfig, profile, gamma: int | str = "auto",
+                     draft_step_s: float = 0.0) -> TreeSize:
     """The hardware-aware tree size for heads drafting min(γ, K) tokens deep (K with γ "auto") on a device profile
-    (``metrics.profile.Profile``), with its τ, L_fp and why in one sentence for the records."""
+    (``metrics.profile.Profile``), with its τ, L_fp and why in one sentence for the records. ``draft_step_s``: the
+    heads' drafting of one step on this machine (``MedusaDrafter.forward_seconds``: K rows through the blocks and
+    the LM head, whatever the tree's size), added to every step's L_fp(n+1)."""
     depth = min(config.num_heads, gamma) if isinstance(gamma, int) else config.num_heads
-    size, curve = hardware_tree_size(config.rank_probs, depth, profile.l_fp, profile.n_max - 1)
+    size, curve = hardware_tree_size(config.rank_probs, depth, profile.l_fp, profile.n_max - 1,
+                                     (lambda n: draft_step_s) if draft_step_s else None)
     tau, latency, speedup = curve[size]
-    return TreeSize(size, tau, latency, f"hardware-aware: tree size {size} maximises τ(n)/L_fp(n+1) on the "
-                    f"{profile.key.dtype} profile (τ {tau:.2f}, L_fp {1e3 * latency:.1f} ms, predicted {speedup:.2f}x)")
+    rule, drafting = "τ(n)/L_fp(n+1)", ""
+    if draft_step_s:
+        rule, drafting = "τ(n)/(L_fp(n+1) + drafting)", f", the heads' drafting {1e3 * draft_step_s:.2f} ms in it"
+    return TreeSize(size, tau, latency, f"hardware-aware: tree size {size} maximises {rule} on the "
+                    f"{profile.key.dtype} profile (τ {tau:.2f}, {1e3 * latency:.1f} ms a step{drafting}, "
+                    f"predicted {speedup:.2f}x)")
 
 
 class MedusaDrafter(TreeDrafter):
@@ -173,6 +183,20 @@ class MedusaDrafter(TreeDrafter):
         if self.paths is not None:
             raise ValueError("this Medusa drafter runs a tree given to it (paths): it cannot be resized")
         return MedusaDrafter(self.heads, self.config, self.lm_head, tree_size=tree_size)
+
+    def forward_seconds(self, repeats: int = 5) -> float:
+        """Seconds of one step's drafting on this machine, measured in place: the heads and the LM head over a
+        hidden state, and the top-k (``propose``'s work; the median of ``repeats`` after one untimed).
+        ``choose_tree_size`` adds it to every step."""
+        hidden = torch.zeros(self.config.hidden_size, dtype=self.lm_head.weight.dtype,
+                             device=self.lm_head.weight.device)
+        seconds = []
+        with torch.inference_mode():
+            for _ in range(repeats + 1):
+                start = time.perf_counter()
+                head_logits(self.heads, self.lm_head, hidden).topk(self.k_max, dim=-1).indices.cpu()
+                seconds.append(time.perf_counter() - start)
+        return statistics.median(seconds[1:])
 
     def reset(self) -> None:
         self.hidden: torch.Tensor | None = None  # [H] the target's state that drew the newest committed token

@@ -134,7 +134,7 @@ def plan_run(method: Method, profiles: Mapping[str, Profile], request: RunReques
         target, source = models(dtype)
         base = config if config is not None else DecodeConfig(method=method.name)
         plan.drafter = method.build_drafter(source, target, plan.config(base))
-        measure = getattr(plan.drafter, "forward_seconds", None)  # a drafter with forwards of its own (EAGLE's)
+        measure = getattr(plan.drafter, "forward_seconds", None)  # a drafter paying for its drafting
         if sized and measure is not None:  # sized again with their measured cost
             size = method.tree.choose(weights, request.profile_at(profiles[dtype]), request.gamma,
                                       draft_step_s=measure())
