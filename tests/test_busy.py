@@ -56,3 +56,14 @@ def test_the_load_watch_counts_other_processes_and_not_this_process_or_its_child
     write_proc(tmp_path, 1400, 1050, {me: (1, 90), 777: (1, 75)})  # 200 ticks, none busy but ours
     assert watch.summary()["mean"] == round(cores * 70 / 400, 3)
     assert LoadWatch(proc=tmp_path / "missing").summary() is None  # no /proc: nothing recorded
+
+
+def test_the_load_watch_stops_its_thread():
+    import threading
+    from specrepro.core.provenance import LoadWatch
+    before = set(threading.enumerate())
+    watch = LoadWatch(period=0.01)
+    [thread] = [t for t in threading.enumerate() if t not in before and t.name == "specrepro-load-watch"]
+    watch.stop()
+    thread.join(timeout=5)
+    assert not thread.is_alive()

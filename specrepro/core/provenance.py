@@ -116,10 +116,9 @@ class LoadWatch:
 
         self.period, self.proc, self.pid = period, proc, os.getpid()
         self.intervals: list[tuple[int, int]] = []  # (other processes' busy ticks, all ticks) per interval
-        self._lock = threading.Lock()
+        self._lock, self._done = threading.Lock(), threading.Event()
         self._last = self._read()
         if self._last is not None:
-            self._done = threading.Event()
             threading.Thread(target=self._run, name="specrepro-load-watch", daemon=True).start()
 
     def _read(self) -> tuple[int, int, int] | None:
@@ -142,6 +141,10 @@ class LoadWatch:
             (total0, busy0, ours0), (total1, busy1, ours1) = self._last, now
             self.intervals.append((max(0, (busy1 - busy0) - (ours1 - ours0)), total1 - total0))
             self._last = now
+
+    def stop(self) -> None:
+        """End the watch's thread (after its current wait); ``summary`` still reports what was watched."""
+        self._done.set()
 
     def summary(self) -> dict | None:
         """{"mean", "max": cores other processes kept busy, on average and in the worst interval, "seconds"

@@ -191,8 +191,9 @@ def warm_up(target: LoadedModel, draft: LoadedModel | None, rows: Sequence[tuple
 def method_row(cell: dict, label: str) -> dict:
     """One method's numbers in a cell, pooled over its batches. tokens/s = all rows' tokens over the batches' wall
     time; latency per token = a row's wall time over its tokens, averaged over rows; target calls = the batched
-    forwards (the most any row took part in), summed over batches; α = accepted / tested drafts (``pooled_alpha``);
-    accepted per step and τ = tokens per target call, over every row's steps."""
+    forwards (the most any row took part in), summed over batches; a decode step = the walls less the batches' timed
+    prefills over the target calls less one per batch (a batch's first call is its prefill); α = accepted / tested
+    drafts (``pooled_alpha``); accepted per step and τ = tokens per target call, over every row's steps."""
     batches = cell["batches"]
     rows = [r for b in batches for r in b["runs"][label]]
     walls = [max(r["batch_wall_time_s"] for r in b["runs"][label]) for b in batches]
@@ -206,6 +207,7 @@ def method_row(cell: dict, label: str) -> dict:
             "decode_tokens_per_s": tokens / max(sum(walls) - prefill, 1e-12),
             "latency_per_token_ms": 1e3 * statistics.mean(r["wall_time_s"] / r["new_tokens"] for r in rows),
             "target_calls": calls, "step_ms": 1e3 * sum(walls) / calls,
+            "decode_step_ms": 1e3 * (sum(walls) - prefill) / max(calls - len(batches), 1),
             "alpha": pooled_alpha(accepts, [g for r in rows for g in r["proposed_lengths"]]),
             "accepted_per_step": statistics.mean(accepts) if accepts else None,
             "tokens_per_call": sum(r["new_tokens"] for r in rows) / sum(r["target_calls"] for r in rows),
@@ -300,16 +302,9 @@ def throughput_rows(cells: Sequence[dict]) -> list[dict]:
             for cell in cells for label in cell["batches"][0]["runs"]]
 
 
-def decode_step_ms(cell: dict, label: str) -> float:
-    """``label``'s wall time per decode step in ``cell``: its walls less the batches' timed prefills, over its
-    target calls less one per batch (the first call of a batch is its prefill)."""
-    row = method_row(cell, label)
-    return 1e3 * (row["wall_s"] - row["prefill_s"]) / max(row["target_calls"] - len(cell["batches"]), 1)
-
-
 def table1_rows(cells: Sequence[dict], costs: dict) -> list[dict]:
     """Fig. (c), the MJSD paper's Table 1 on our runs: per B, batched AR's wall time per decode step at B over at 1
-    (``decode_step_ms``: the prefill, which grows with B's prompts, apart), the median over the cells' γ (AR does not
+    (``method_row``'s decode step: the prefill, which grows with B's prompts, apart), the median over the cells' γ (AR does not
     depend on γ; each cell runs it anew); the wall time per step with the prefill spread over the steps, as the
     paper's Time/run counts it; the same ratio of the raw one-token forward (``metrics.batching``, same context); per
     input (÷ B); and the paper's Time/run at b over at 1 where Table 1 has the b."""
@@ -317,8 +312,9 @@ def table1_rows(cells: Sequence[dict], costs: dict) -> list[dict]:
     steps: dict[int, list[float]] = {}
     decode: dict[int, list[float]] = {}
     for cell in cells:
-        steps.setdefault(cell["batch"], []).append(method_row(cell, AR)["step_ms"])
-        decode.setdefault(cell["batch"], []).append(decode_step_ms(cell, AR))
+        row = method_row(cell, AR)
+        steps.setdefault(cell["batch"], []).append(row["step_ms"])
+        decode.setdefault(cell["batch"], []).append(row["decode_step_ms"])
     step = {b: statistics.median(v) for b, v in steps.items()}
     dec = {b: statistics.median(v) for b, v in decode.items()}
     if 1 not in step:

@@ -35,6 +35,7 @@ from .data import (ChatFormat, DataConfig, DistillBatch, Example, TaskOpenings, 
                    generate_data, load_data, task_openings)
 from .evaluate import (EVAL_SUITES, data_agreement, evaluate_alpha, held_out_prompts, measure_cost_ratio,
                        teacher_forced_agreement)
+from .features import generating_target
 from .loop import Trainer, begin_run, train_loop, warmup_cosine
 from .losses import DIVERGENCES, batch_loss
 
@@ -103,8 +104,7 @@ def distill(cfg: DistillConfig, out: str | Path, target: LoadedModel | None = No
 
     # 1. Data: the target writes conversations; we keep its top-k rows.
     with timer.phase("data"):
-        gen = target if target is not None else load_model(cfg.target, dtype=cfg.gen_dtype,
-                                                           device=resolve_device(device))
+        gen = generating_target(target, cfg.target, cfg.gen_dtype, device)
         chat = chat or chat_format(gen)
         if cfg.task_shards and openings is None:
             openings = task_openings(gen.tokenizer)

@@ -32,9 +32,9 @@ import numpy as np
 import torch
 
 from ..drafters.eagle import EagleConfig, EagleDraft, save_draft
-from ..engine.models import LoadedModel, load_model, resolve_device
+from ..engine.models import LoadedModel, resolve_device
 from .data import Example, chat_format, choose_vocab, generate_data, load_data, task_openings
-from .features import Features, cached_features
+from .features import Features, cached_features, generating_target, training_target
 from .loop import Trainer, begin_run, train_loop, warmup_cosine
 from .medusa import GEN_DTYPES, MedusaTrainConfig, data_config
 
@@ -183,8 +183,7 @@ def train_eagle(cfg: EagleTrainConfig, out: str | Path, target: LoadedModel | No
 
     # 1. Data: the Medusa heads' recipe.
     with timer.phase("data"):
-        gen = target if target is not None else load_model(cfg.target, dtype=cfg.gen_dtype,
-                                                           device=resolve_device(device))
+        gen = generating_target(target, cfg.target, cfg.gen_dtype, device)
         dcfg = data_config(MedusaTrainConfig(target=cfg.target, seed=cfg.seed, shards=cfg.shards,
                                              task_shards=cfg.task_shards, gen_batch=cfg.gen_batch))
         chat = chat_format(gen)
@@ -195,9 +194,7 @@ def train_eagle(cfg: EagleTrainConfig, out: str | Path, target: LoadedModel | No
     layers = cfg.feature_layers(gen.model.config.num_hidden_layers)
     with timer.phase("features"):
         feats = cached_features(gen.model, examples, layers, cfg.max_len, data)
-        if target is None:
-            target = gen if cfg.gen_dtype == "fp32" else load_model(cfg.target, dtype="fp32",
-                                                                     device=resolve_device(device))
+        target = training_target(target, gen, cfg.gen_dtype, device)
     model = target.model
     val = [i for i in range(len(examples)) if i % 20 == 0]
     train = [i for i in range(len(examples)) if i % 20]

@@ -9,6 +9,7 @@ from pathlib import Path
 import torch
 from tqdm import tqdm
 
+from ..engine.models import LoadedModel, load_model, resolve_device
 from .data import Example
 
 
@@ -18,6 +19,20 @@ class Features:
 
     f: torch.Tensor
     lse: torch.Tensor
+
+
+def generating_target(target: LoadedModel | None, name: str, gen_dtype: str, device) -> LoadedModel:
+    """The target that writes a trainer's data and gives its features: the one handed in, else ``name`` loaded at
+    ``gen_dtype`` (bf16 writes the data as the engine decodes it, and faster)."""
+    return target if target is not None else load_model(name, dtype=gen_dtype, device=resolve_device(device))
+
+
+def training_target(target: LoadedModel | None, gen: LoadedModel, gen_dtype: str, device) -> LoadedModel:
+    """The target a trainer computes its losses through, in fp32: the one handed in, else the generating one where
+    that is fp32, else the same model loaded again in fp32."""
+    if target is not None:
+        return target
+    return gen if gen_dtype == "fp32" else load_model(gen.name, dtype="fp32", device=resolve_device(device))
 
 
 def target_features(model: torch.nn.Module, examples: list[Example], layers: tuple[int, ...], max_len: int

@@ -26,9 +26,9 @@ import numpy as np
 import torch
 
 from ..drafters.medusa import MedusaConfig, MedusaHeads, save_heads
-from ..engine.models import LoadedModel, load_model, resolve_device
+from ..engine.models import LoadedModel, resolve_device
 from .data import DataConfig, Example, chat_format, generate_data, load_data, task_openings
-from .features import cached_features
+from .features import cached_features, generating_target, training_target
 from .loop import Trainer, begin_run, train_loop, warmup_cosine
 
 
@@ -153,8 +153,7 @@ def train_medusa(cfg: MedusaTrainConfig, out: str | Path, target: LoadedModel | 
 
     # 1. Data, as training.data writes it.
     with timer.phase("data"):
-        gen = target if target is not None else load_model(cfg.target, dtype=cfg.gen_dtype,
-                                                           device=resolve_device(device))
+        gen = generating_target(target, cfg.target, cfg.gen_dtype, device)
         dcfg = data_config(cfg)
         made = generate_data(gen.model, chat_format(gen), dcfg, data, task_openings(gen.tokenizer))
         examples = load_data(data, dcfg)
@@ -162,9 +161,7 @@ def train_medusa(cfg: MedusaTrainConfig, out: str | Path, target: LoadedModel | 
     # 2. Backbone hidden states (the final-norm state), once per data folder.
     with timer.phase("hidden"):
         hidden = [x.f for x in cached_features(gen.model, examples, (-1,), cfg.max_len, data)]
-        if target is None:
-            target = gen if cfg.gen_dtype == "fp32" else load_model(cfg.target, dtype="fp32",
-                                                                     device=resolve_device(device))
+        target = training_target(target, gen, cfg.gen_dtype, device)
     val_ids = [i for i in range(len(examples)) if i % 20 == 0]
     train_ids = [i for i in range(len(examples)) if i % 20]
     all_pos = positions(examples, cfg.num_heads, cfg.max_len)
