@@ -151,8 +151,13 @@ class _SortedRows:
         self.rho = np.take_along_axis(rho, order, axis=-1)               # [B, V] ascending
         zeros = np.zeros((p.shape[0], 1))
         qs = np.where(support, q, 0.0)
-        self.P = np.concatenate([zeros, np.cumsum(np.take_along_axis(p, order, -1), -1)], -1)       # [B, V+1]
-        self.Q = np.concatenate([zeros, np.cumsum(np.take_along_axis(qs, order, -1), -1)], -1)      # [B, V+1]
+        p_sorted, q_sorted = np.take_along_axis(p, order, -1), np.take_along_axis(qs, order, -1)     # [B, V]
+        self.P = np.concatenate([zeros, np.cumsum(p_sorted, -1)], -1)                                 # [B, V+1]
+        self.Q = np.concatenate([zeros, np.cumsum(q_sorted, -1)], -1)                                 # [B, V+1]
+        # Sums over the last V − k sorted tokens, summed from the top (not 1 − P: the upper clip multiplies them by
+        # hi, up to 1e9 where p is tiny, which would bring P's rounding up to a visible share of the mass).
+        self.P_tail = np.concatenate([np.cumsum(p_sorted[:, ::-1], -1)[:, ::-1], zeros], -1)         # [B, V+1]
+        self.Q_tail = np.concatenate([np.cumsum(q_sorted[:, ::-1], -1)[:, ::-1], zeros], -1)         # [B, V+1]
         self.S = np.concatenate([zeros, np.cumsum(np.take_along_axis(plogpq, order, -1), -1)], -1)  # [B, V+1]
         self.n_support = support.sum(axis=-1)                            # [B]
         self.q_support = qs.sum(axis=-1)                                 # [B] = 1 − m0
@@ -170,8 +175,8 @@ class _SortedRows:
     def removed(self, hi: np.ndarray) -> np.ndarray:
         """Mass Σ_{ρ_i>hi} (q_i − hi·p_i) cut from the high-ratio tokens by the upper clip."""
         k = self._count(self.rho, hi, "right")  # tokens with ρ ≤ hi
-        p_above = 1.0 - self._take(self.P, k)
-        q_above = self.q_support - self._take(self.Q, k)
+        p_above = self._take(self.P_tail, k)
+        q_above = self._take(self.Q_tail, k)
         with np.errstate(invalid="ignore"):
             return np.where(p_above > 0, np.maximum(q_above - hi * p_above, 0.0), 0.0)
 
@@ -191,10 +196,9 @@ class _SortedRows:
         k_lo = self._count(self.rho, lo, "left")    # ρ < lo
         k_hi = self._count(self.rho, hi, "right")   # ρ ≤ hi
         p_below = self._take(self.P, k_lo)
-        p_above = 1.0 - self._take(self.P, k_hi)
+        p_above = self._take(self.P_tail, k_hi)
         with np.errstate(divide="ignore", invalid="ignore"):
             below = np.where(p_below > 0, -p_below * np.log(lo), 0.0)
-            # p_above is a difference of partial sums: at hi = inf it is rounding noise, not mass.
             above = np.where(np.isfinite(hi) & (p_above > 0), -p_above * np.log(hi), 0.0)
         kl = below + above + self._take(self.S, k_hi) - self._take(self.S, k_lo)
         # At lo = 0 the tokens the draft never proposes (q = 0 < p, ρ = 0) keep π = 0 while p > 0: KL is infinite.
@@ -330,7 +334,7 @@ def solve(p, q, bound, *, blog_family: bool = False) -> MentoredSolution:
 
 def _subset(rows: _SortedRows, mask: np.ndarray) -> _SortedRows:
     sub = object.__new__(_SortedRows)
-    for name in ("rho", "P", "Q", "S", "n_support", "q_support", "added_at"):
+    for name in ("rho", "P", "Q", "P_tail", "Q_tail", "S", "n_support", "q_support", "added_at"):
         setattr(sub, name, getattr(rows, name)[mask])
     return sub
 

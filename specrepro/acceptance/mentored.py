@@ -81,6 +81,7 @@ class RowSolution(NamedTuple):
     accept: torch.Tensor  # [R, V] r: probability of keeping a drafted token (blog r_i)
     residual: torch.Tensor  # [R, V] s: distribution drawn from on rejection (blog s_i)
     accept_prob: torch.Tensor  # [R] A = Σ q r (blog Σ_i p_i r_i)
+    pi: torch.Tensor  # [R, V] π, the law of the emitted token the rule keeps within KL(p ‖ π) ≤ D (as the twin's)
 
 
 class _SortedRows:
@@ -96,8 +97,14 @@ class _SortedRows:
         support = p > 0
         self.rho, order = torch.sort(rho, dim=-1, stable=True)  # [R, V] ascending
         zero = p.new_zeros(p.shape[0], 1)
-        self.P = torch.cat([zero, p.gather(-1, order).cumsum(-1)], -1)  # [R, V+1]
-        self.Q = torch.cat([zero, torch.where(support, q, 0.0).gather(-1, order).cumsum(-1)], -1)  # [R, V+1]
+        p_sorted, q_sorted = p.gather(-1, order), torch.where(support, q, 0.0).gather(-1, order)  # [R, V]
+        self.P = torch.cat([zero, p_sorted.cumsum(-1)], -1)  # [R, V+1]
+        self.Q = torch.cat([zero, q_sorted.cumsum(-1)], -1)  # [R, V+1]
+        # The sums over the last V − k sorted tokens, summed from the top: the upper clip multiplies them by hi, which
+        # reaches 1e9 where p is tiny, and 1 − P[:, k] would bring P's rounding (~1e-16) up to 1e-7 of mass, so that π
+        # missed summing to 1 by 4e-6 and broke its bound by as much (seen on 49,152-token rows at D = 3)
+        self.P_tail = torch.cat([p_sorted.flip(-1).cumsum(-1).flip(-1), zero], -1)  # [R, V+1]
+        self.Q_tail = torch.cat([q_sorted.flip(-1).cumsum(-1).flip(-1), zero], -1)  # [R, V+1]
         self.S = torch.cat([zero, plogpq.gather(-1, order).cumsum(-1)], -1)  # [R, V+1]
         self.n_support = support.sum(-1, keepdim=True)  # [R, 1]
         self.q_support = self.Q[:, -1:]  # [R, 1] 1 − m0
@@ -107,15 +114,16 @@ class _SortedRows:
 
     def subset(self, rows: torch.Tensor) -> "_SortedRows":
         sub = object.__new__(_SortedRows)
-        for name in ("rho", "P", "Q", "S", "n_support", "q_support", "has_zero_ratio", "added_at"):
+        for name in ("rho", "P", "Q", "P_tail", "Q_tail", "S", "n_support", "q_support", "has_zero_ratio",
+                     "added_at"):
             setattr(sub, name, getattr(self, name)[rows])
         return sub
 
     def removed(self, hi: torch.Tensor) -> torch.Tensor:  # [R, K] -> [R, K]
         """Mass Σ_{ρ_i>hi} (q_i − hi·p_i) the upper clip cuts from the high-ratio tokens."""
         k = torch.searchsorted(self.rho, hi, right=True)  # tokens with ρ ≤ hi
-        p_above = 1.0 - self.P.gather(-1, k)
-        q_above = self.q_support - self.Q.gather(-1, k)
+        p_above = self.P_tail.gather(-1, k)
+        q_above = self.Q_tail.gather(-1, k)
         return torch.where(p_above > 0, (q_above - hi * p_above).clamp_min(0.0), 0.0)
 
     def lower_level(self, mass: torch.Tensor) -> torch.Tensor:  # [R, K] -> [R, K]
@@ -134,9 +142,8 @@ class _SortedRows:
         k_lo = torch.searchsorted(self.rho, lo)  # ρ < lo
         k_hi = torch.searchsorted(self.rho, hi, right=True)  # ρ ≤ hi
         p_below = self.P.gather(-1, k_lo)
-        p_above = 1.0 - self.P.gather(-1, k_hi)
+        p_above = self.P_tail.gather(-1, k_hi)
         below = torch.where(p_below > 0, -p_below * lo.log(), 0.0)
-        # p_above is a difference of partial sums: at hi = ∞ it is rounding noise, not mass
         above = torch.where(hi.isfinite() & (p_above > 0), -p_above * hi.log(), 0.0)
         kl = below + above + self.S.gather(-1, k_hi) - self.S.gather(-1, k_lo)
         # lo = 0 leaves the tokens with ρ = 0 at π = 0 < p: the reference misses this infinity
@@ -250,7 +257,7 @@ def solve_rows(
     leftover = (pi - q_used * accept).clamp_min(0.0)  # [R, V]
     use_pi = (leftover.sum(-1) <= 0) | (~exact[:, 0] & (1.0 - accept_prob <= _NO_REJECTION))  # [R]
     residual = torch.where(use_pi[:, None], pi, leftover)
-    return RowSolution(accept, residual / residual.sum(-1, keepdim=True), accept_prob)
+    return RowSolution(accept, residual / residual.sum(-1, keepdim=True), accept_prob, pi)
 
 
 def mentored(

@@ -82,9 +82,8 @@ def acceptance_at(p: torch.Tensor, q: torch.Tensor, bound: float, chunk: int = C
     for i in range(0, p.shape[0], chunk):
         pc, qc = p[i:i + chunk], q[i:i + chunk]  # [r, V]
         sol = solve_rows(pc, qc, bound)
-        pi = qc * sol.accept + (1 - sol.accept_prob)[:, None] * sol.residual  # [r, V] law of the emitted token
         accept.append(sol.accept_prob)
-        excess = max(excess, float((kl_rows(pc, pi) - bound).max()))
+        excess = max(excess, float((kl_rows(pc, sol.pi) - bound).max()))
     return torch.cat(accept), excess
 
 

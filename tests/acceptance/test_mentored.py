@@ -42,7 +42,7 @@ def random_rows(rng, rows, vocab, zeros=False):
 
 def one_token_law(p: torch.Tensor, q: torch.Tensor, bound: float) -> torch.Tensor:
     """π = q∘r + (1 − A)s [R, V]: the law of the token one verified position emits, exactly."""
-    r, s, a = solve_rows(p, q, bound)
+    r, s, a = solve_rows(p, q, bound)[:3]
     return q.double() / q.double().sum(-1, keepdim=True) * r + (1 - a)[:, None] * s
 
 
@@ -60,7 +60,9 @@ def test_solver_matches_the_numpy_reference_in_every_regime():
             for bound in (0.0, 1e-9, 1e-3, 0.03, 0.3, 3.0):
                 p, q = random_rows(rng, 8, vocab, zeros)
                 ref = reference.solve(p, q, bound)
-                r, s, a = (x.numpy() for x in solve_rows(torch.tensor(p), torch.tensor(q), bound))
+                sol = solve_rows(torch.tensor(p), torch.tensor(q), bound)
+                r, s, a = (x.numpy() for x in sol[:3])
+                assert np.abs(sol.pi.numpy() - ref.pi).max() < 1e-6  # the same π as the twin's
                 rest = (1 - ref.accept_prob)[:, None]  # the residual only matters with the probability of a rejection
                 errors = (np.abs(a - ref.accept_prob), np.abs(np.where(q > 0, r - ref.accept, 0.0)),
                           np.abs(rest * (s - ref.residual)), np.abs(np.where(rest > 1e-6, s - ref.residual, 0.0)))
@@ -74,7 +76,7 @@ def test_a_draft_zero_under_target_mass_keeps_the_bound():
     """q = 0 < p with all of q on p's support: the KL at lo = 0 is infinite (the reference takes it as finite and
     returns π = q). Closed form for p = (½, ½), q = (0, 1): π = (1 − A, A) with A(1 − A) = e^{−2D}/4."""
     for bound in (1e-4, 0.01, 0.1, 0.5, 2.0):
-        r, s, a = solve_rows(torch.tensor([[0.5, 0.5]]), torch.tensor([[0.0, 1.0]]), bound)
+        r, s, a = solve_rows(torch.tensor([[0.5, 0.5]]), torch.tensor([[0.0, 1.0]]), bound)[:3]
         assert float(a) == pytest.approx((1 + math.sqrt(1 - math.exp(-2 * bound))) / 2, abs=1e-9)
     rng = np.random.default_rng(5)
     for seed in range(4):
@@ -90,6 +92,26 @@ def test_a_draft_zero_under_target_mass_keeps_the_bound():
                     a_opt, abs=1e-6)
 
 
+def test_a_vocabulary_sized_row_keeps_its_bound_at_a_large_d():
+    """A 49,152-token row whose draft covers 8,192 tokens (a reduced-vocabulary draft) and puts mass where the target
+    has almost none (ρ up to 1e11): the upper clip's level is then ~1e9, and the mass above it must be summed from the
+    top, not taken as 1 − a prefix sum (that left π 4e-6 off summing to 1 and over its bound by as much, at D = 3 on
+    the offline pair's rows). π keeps the bound to rounding, and the numpy twin agrees."""
+    gen = torch.Generator().manual_seed(0)
+    p = torch.softmax(3 * torch.randn(49152, generator=gen, dtype=torch.float64), 0)
+    q = torch.zeros(49152, dtype=torch.float64)
+    q[:8192] = torch.softmax(3 * torch.randn(8192, generator=gen, dtype=torch.float64), 0)
+    p[:8] = 1e-13  # target-improbable tokens the draft likes
+    q[:8] += 0.01
+    p, q = p / p.sum(), q / q.sum()
+    for bound in (0.5, 1.0, 3.0, 5.0):
+        sol = solve_rows(p[None], q[None], bound)
+        assert float(kl(p[None], sol.pi)) <= bound + 1e-10
+        assert float(sol.pi.sum()) == pytest.approx(1.0, abs=1e-12)
+        twin = reference.solve(p[None].numpy(), q[None].numpy(), bound)
+        assert float(sol.accept_prob) == pytest.approx(float(twin.accept_prob[0]), abs=1e-9)
+
+
 @pytest.mark.parametrize("seed", range(4))
 def test_one_token_law_meets_the_bound_with_the_optimal_acceptance(seed):
     rng = np.random.default_rng(10 + seed)
@@ -98,7 +120,7 @@ def test_one_token_law_meets_the_bound_with_the_optimal_acceptance(seed):
     kl_pq = float(kl(p, q))  # ∞ with zeros: q = 0 < p at token 1
     previous = 0.0
     for bound in (0.0, 0.005, 0.03, 0.1, 0.3) + ((kl_pq * 1.01,) if math.isfinite(kl_pq) else ()):
-        r, s, a = solve_rows(p, q, bound)
+        r, s, a = solve_rows(p, q, bound)[:3]
         pi = one_token_law(p, q, bound)
         assert bool((pi >= 0).all()) and float(pi.sum()) == pytest.approx(1.0, abs=1e-12)
         assert float(kl(p, pi)) <= bound + 1e-9
@@ -124,7 +146,7 @@ def test_zero_bound_gives_speculative_samplings_verdicts():
         p, q, tokens, u = random_chain(gen, gamma, vocab)
         n, t = speculative_sampling(p, q, tokens, u)
         assert mentored(p, q, tokens, chain_parents(gamma), u, MentoredParams(kl_bound=0.0)) == (list(range(n)), t)
-        r, s, _ = solve_rows(p[:gamma], q, 0.0)
+        r, s, _ = solve_rows(p[:gamma], q, 0.0)[:3]
         p_d, q_d = p[:gamma].double(), q.double()
         drafted = q_d > 0  # r of a token q never drafts is a convention
         torch.testing.assert_close(r[drafted], (p_d / q_d)[drafted].clamp_max(1.0), rtol=0, atol=0)
@@ -140,7 +162,7 @@ Q5 = torch.tensor([0.10, 0.40, 0.10, 0.30, 0.10])
 
 
 def test_the_rule_keeps_a_draft_exactly_when_u_is_below_r():
-    r, s, _ = solve_rows(P5[None], Q5[None], 0.1)
+    r, s, _ = solve_rows(P5[None], Q5[None], 0.1)[:3]
     p, q, parents = torch.stack([P5, P5]), Q5[None], chain_parents(1)
     for x in range(5):
         r_x = float(r[0, x])
