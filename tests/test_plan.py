@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 
 import pytest
+import torch
 
 from specrepro.decode.adaptive import AdaptiveGamma, FixedGamma
 from specrepro.drafters import LMDrafter
@@ -79,3 +80,23 @@ def test_profiles_are_measured_only_when_a_choice_needs_them():
     assert measured == []  # a named dtype and a fixed γ need no profile
     plan_run(REGISTRY["speculative"], profiles, AUTO)
     assert sorted(measured) == ["bf16", "fp32"]
+
+
+def test_a_drafter_that_pays_for_its_drafting_sizes_its_tree_once_with_that_cost():
+    """Medusa's heads (and an EAGLE draft) cost time every step: the tree is chosen once, after the drafter is
+    built and has measured that cost in place, and the drafter is resized to it."""
+    from specrepro.drafters import medusa as heads
+    from tests.test_cost import RANKS
+    config = heads.MedusaConfig(hidden_size=8, rank_probs=RANKS)
+    drafter = heads.MedusaDrafter(heads.MedusaHeads(8, 3), config, torch.nn.Linear(8, 32, bias=False), tree_size=4)
+    drafter.forward_seconds = lambda: 0.004
+    seen = []
+
+    def choose(config, profile, gamma, draft_step_s=0.0):
+        seen.append(draft_step_s)
+        return type("Size", (), {"size": 6, "reason": "with its drafting", "latency_s": 0.03, "tau": 2.0})()
+    medusa = dataclasses.replace(REGISTRY["medusa"], tree=TreeSizing(read_config=lambda weights, target: config,
+                                                                     choose=choose))
+    plan = plan_run(medusa, PROFILES, RunRequest(dtype="bf16", gamma=3), models=lambda dtype: (None, drafter))
+    assert seen == [0.004] and (plan.tree_size, plan.tree_size_reason) == (6, "with its drafting")
+    assert plan.drafter.tree_size == 6 and plan.drafter.heads is drafter.heads

@@ -25,7 +25,8 @@ gamma)`` picks n (``specrepro.core.cost.best_tree_size``).
 from __future__ import annotations
 
 import abc
-from typing import TYPE_CHECKING, ClassVar, Protocol
+import statistics
+from typing import TYPE_CHECKING, Callable, ClassVar, Protocol
 
 import torch
 
@@ -35,7 +36,15 @@ from ..core.proposal import Proposal, Scorer, Scores, StepFeedback, score_tree
 if TYPE_CHECKING:
     from ..core.kvcache import CachedModel
 
-__all__ = ["Drafter", "TreeDrafter", "RankedWeights", "Proposal", "Scores", "Scorer", "StepFeedback", "score_tree"]
+__all__ = ["Drafter", "TreeDrafter", "RankedWeights", "Proposal", "Scores", "Scorer", "StepFeedback", "score_tree",
+           "warm_median"]
+
+
+def warm_median(measure: Callable[[], float], repeats: int) -> float:
+    """The median of ``repeats`` calls of ``measure`` (each returns the seconds it timed) after one more, dropped:
+    the first pays the warm-up (allocations, caches). What a drafter's ``forward_seconds`` reports."""
+    samples = [measure() for _ in range(repeats + 1)]
+    return statistics.median(samples[1:])
 
 
 class Drafter(abc.ABC):

@@ -32,7 +32,6 @@ A trained draft is a folder: ``eagle.safetensors`` (fc, the layer, the norm, the
 from __future__ import annotations
 
 import copy
-import statistics
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -44,7 +43,7 @@ from ..core.proposal import Scores
 from ..core.tree import TreeSize
 from ..engine.llama import linear, module_linear
 from . import medusa
-from .base import Proposal, StepFeedback, TreeDrafter
+from .base import Proposal, StepFeedback, TreeDrafter, warm_median
 from .weights import read_folder, save_folder
 
 EAGLE_CONFIG = "eagle_config.json"
@@ -202,13 +201,8 @@ def choose_tree_size(config: EagleConfig, profile, gamma: int | str = "auto", dr
     depth = min(config.depth, gamma) if isinstance(gamma, int) else config.depth
     size, curve = medusa.hardware_tree_size(config.rank_probs, depth, profile.l_fp, profile.n_max - 1,
                                             lambda n: min(n, depth) * draft_step_s)
-    tau, latency, speedup = curve[size]
-    rule, drafting = "τ(n)/L_fp(n+1)", ""
-    if draft_step_s:
-        rule = "τ(n)/(L_fp(n+1) + drafting)"
-        drafting = f", {min(size, depth)} draft forwards of {1e3 * draft_step_s:.2f} ms in it"
-    return TreeSize(size, tau, latency, f"hardware-aware: tree size {size} maximises {rule} on the {profile.key.dtype} "
-                    f"profile (τ {tau:.2f}, {1e3 * latency:.1f} ms a step{drafting}, predicted {speedup:.2f}x)")
+    drafting = f"{min(size, depth)} draft forwards of {1e3 * draft_step_s:.2f} ms" if draft_step_s else None
+    return medusa.sized_tree(size, curve[size], profile, drafting)
 
 
 class EagleDrafter(TreeDrafter):
@@ -246,13 +240,16 @@ class EagleDrafter(TreeDrafter):
         param = self.draft.fc.weight
         feature = torch.zeros(self.config.feature_size, dtype=param.dtype, device=param.device)
         probe.pending = [(feature, 0, j) for j in range(context)]
-        seconds = []
-        for j in range(context, context + repeats + 1):  # the first (the context's forward) is not counted
+        positions = iter(range(context, context + repeats + 1))  # (the first runs the context's pairs too)
+
+        def once() -> float:
+            j = next(positions)
             start = time.perf_counter()
             proposal = probe.propose(list(range(j)), self.config.depth, SamplingConfig(), None)
-            seconds.append((time.perf_counter() - start) / proposal.calls)
+            seconds = (time.perf_counter() - start) / proposal.calls
             probe.pending = [(feature, 0, j)]
-        return statistics.median(seconds[1:])
+            return seconds
+        return warm_median(once, repeats)
 
     def reset(self) -> None:
         self.kv: KV | None = None  # the draft's keys/values of the committed pairs (positions first..first+len−1)

@@ -18,7 +18,6 @@ number of heads, target, the rank probabilities of every head measured on held-o
 """
 from __future__ import annotations
 
-import statistics
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -30,7 +29,7 @@ from ..core import cost
 from ..core.config import SamplingConfig
 from ..core.tree import TreeSize
 from ..engine.llama import module_linear
-from .base import Proposal, StepFeedback, TreeDrafter
+from .base import Proposal, StepFeedback, TreeDrafter, warm_median
 from .weights import read_folder, save_folder
 
 MEDUSA_CONFIG = "medusa_config.json"
@@ -146,12 +145,19 @@ def choose_tree_size(config: MedusaConfig, profile, gamma: int | str = "auto",
     depth = min(config.num_heads, gamma) if isinstance(gamma, int) else config.num_heads
     size, curve = hardware_tree_size(config.rank_probs, depth, profile.l_fp, profile.n_max - 1,
                                      (lambda n: draft_step_s) if draft_step_s else None)
-    tau, latency, speedup = curve[size]
-    rule, drafting = "τ(n)/L_fp(n+1)", ""
-    if draft_step_s:
-        rule, drafting = "τ(n)/(L_fp(n+1) + drafting)", f", the heads' drafting {1e3 * draft_step_s:.2f} ms in it"
+    drafting = f"the heads' drafting {1e3 * draft_step_s:.2f} ms" if draft_step_s else None
+    return sized_tree(size, curve[size], profile, drafting)
+
+
+def sized_tree(size: int, point: tuple[float, float, float], profile, drafting: str | None) -> TreeSize:
+    """The hardware-aware ``TreeSize`` of ``size`` nodes at its ``tree_point`` (τ, seconds of a step, predicted
+    speedup), with the sentence that says why; ``drafting``: what the step's seconds include for the drafting
+    (None where the drafter pays none)."""
+    tau, latency, speedup = point
+    rule = "τ(n)/(L_fp(n+1) + drafting)" if drafting else "τ(n)/L_fp(n+1)"
+    within = f", {drafting} in it" if drafting else ""
     return TreeSize(size, tau, latency, f"hardware-aware: tree size {size} maximises {rule} on the "
-                    f"{profile.key.dtype} profile (τ {tau:.2f}, {1e3 * latency:.1f} ms a step{drafting}, "
+                    f"{profile.key.dtype} profile (τ {tau:.2f}, {1e3 * latency:.1f} ms a step{within}, "
                     f"predicted {speedup:.2f}x)")
 
 
@@ -190,13 +196,17 @@ class MedusaDrafter(TreeDrafter):
         ``choose_tree_size`` adds it to every step."""
         hidden = torch.zeros(self.config.hidden_size, dtype=self.lm_head.weight.dtype,
                              device=self.lm_head.weight.device)
-        seconds = []
+
+        def once() -> float:
+            start = time.perf_counter()
+            self._guesses(hidden).cpu()
+            return time.perf_counter() - start
+        return warm_median(once, repeats)
+
+    def _guesses(self, hidden: torch.Tensor) -> torch.Tensor:
+        """[K, k_max] each head's top-k token ids from a hidden state [H] (the heads, then the LM head)."""
         with torch.inference_mode():
-            for _ in range(repeats + 1):
-                start = time.perf_counter()
-                head_logits(self.heads, self.lm_head, hidden).topk(self.k_max, dim=-1).indices.cpu()
-                seconds.append(time.perf_counter() - start)
-        return statistics.median(seconds[1:])
+            return head_logits(self.heads, self.lm_head, hidden).topk(self.k_max, dim=-1).indices
 
     def reset(self) -> None:
         self.hidden: torch.Tensor | None = None  # [H] the target's state that drew the newest committed token
@@ -215,9 +225,7 @@ class MedusaDrafter(TreeDrafter):
                 generator: torch.Generator) -> Proposal:
         if self.hidden is None:
             return Proposal.empty()
-        # The heads run here, so the loop times them as drafting (three rows through the LM head).
-        with torch.inference_mode():
-            guesses = head_logits(self.heads, self.lm_head, self.hidden).topk(self.k_max, dim=-1).indices  # [K, k]
+        guesses = self._guesses(self.hidden)  # (here, so the loop times the heads as drafting)
         head, rank, parents = self.tree(min(gamma, self.config.num_heads))
         tokens = guesses[head, rank]  # [N]
         return Proposal(tokens=tokens.cpu(), probs=None, calls=0, parents=parents)

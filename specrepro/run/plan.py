@@ -122,25 +122,20 @@ def plan_run(method: Method, profiles: Mapping[str, Profile], request: RunReques
     policy, gamma_reason = gamma_policy(method, request.profile_at(profiles[dtype]) if needs_profile else None,
                                         request)
     plan = Plan(method, dtype, dtype_reason, policy, gamma_reason)
-    sized = method.tree is not None and request.tree_size is None
-    if method.tree is not None:
-        if request.tree_size is not None:
-            plan.tree_size, plan.tree_size_reason = request.tree_size, request.tree_size_reason
-        else:
-            weights = method.tree.read_config(request.tree_weights, request.target)
-            size = method.tree.choose(weights, request.profile_at(profiles[dtype]), request.gamma)
-            plan.tree_size, plan.tree_size_reason = size.size, size.reason
+    if method.tree is not None and request.tree_size is not None:
+        plan.tree_size, plan.tree_size_reason = request.tree_size, request.tree_size_reason
     if models is not None and method.drafter is not None:
         target, source = models(dtype)
         base = config if config is not None else DecodeConfig(method=method.name)
         plan.drafter = method.build_drafter(source, target, plan.config(base))
-        measure = getattr(plan.drafter, "forward_seconds", None)  # a drafter paying for its drafting
-        if sized and measure is not None:  # sized again with their measured cost
-            size = method.tree.choose(weights, request.profile_at(profiles[dtype]), request.gamma,
-                                      draft_step_s=measure())
-            plan.tree_size, plan.tree_size_reason = size.size, size.reason
-            if size.size != plan.drafter.tree_size:
-                plan.drafter = plan.drafter.resized(size.size)
+    if method.tree is not None and request.tree_size is None:
+        weights = method.tree.read_config(request.tree_weights, request.target)
+        measure = getattr(plan.drafter, "forward_seconds", None)  # a drafter paying for its drafting: weighed in
+        drafting = {"draft_step_s": measure()} if measure is not None else {}
+        size = method.tree.choose(weights, request.profile_at(profiles[dtype]), request.gamma, **drafting)
+        plan.tree_size, plan.tree_size_reason = size.size, size.reason
+        if plan.drafter is not None and size.size != plan.drafter.tree_size:
+            plan.drafter = plan.drafter.resized(size.size)
     return plan
 
 
