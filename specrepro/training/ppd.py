@@ -46,7 +46,8 @@ from ..engine.models import LoadedModel, load_model, resolve_device
 from ..core.provenance import atomic_write_text, git_revision
 from .data import DataConfig, Example, chat_format, generate_data, load_data, task_openings
 from .loop import Checkpoint, Trainer, begin_run, train_loop, warmup_cosine
-from .medusa import MedusaTrainConfig, data_config
+from .features import generating_target, training_target
+from .medusa import GEN_DTYPES, MedusaTrainConfig, data_config
 
 AGGREGATIONS = ("average", "learned")
 HEADS = ("none", "1-stage", "2-stage")
@@ -60,6 +61,7 @@ class PPDTrainConfig:
     epts: int = 1  # e, EPTs per prompt token (the paper's inference experiments use 1)
     shards: int = 4  # free target-written conversation shards (training.data), as Medusa's
     task_shards: int = 4  # task-style shards on top
+    gen_dtype: str = "fp32"  # the target that writes the data (bf16: as the engine decodes, the EAGLE draft's data)
     gen_batch: int = 64  # conversations per shard
     max_len: int = 320  # positions per conversation kept
     steps: int = 1500  # optimizer steps
@@ -83,6 +85,8 @@ class PPDTrainConfig:
             raise ValueError(f"mask must be one of {EPT_MASKS}, got {self.mask!r}")
         if self.aggregation not in AGGREGATIONS:
             raise ValueError(f"aggregation must be one of {AGGREGATIONS}, got {self.aggregation!r}")
+        if self.gen_dtype not in GEN_DTYPES:
+            raise ValueError(f"gen_dtype must be one of {GEN_DTYPES}, got {self.gen_dtype!r}")
         if self.head not in HEADS:
             raise ValueError(f"head must be one of {HEADS}, got {self.head!r}")
         if min(self.prompt_tokens, self.epts, self.exits, self.anchors, self.batch) < 1 or self.steps < 0:
@@ -318,12 +322,12 @@ def train_ppd(cfg: PPDTrainConfig, out: str | Path, target: LoadedModel | None =
 
     # 1. Data, as training.data writes it (Medusa's recipe).
     with timer.phase("data"):
-        target = target if target is not None else load_model(cfg.target, dtype="fp32",
-                                                              device=resolve_device(device))
-        model = target.model.eval().requires_grad_(False)
-        made = generate_data(model, chat_format(target), shared_data(cfg), data, task_openings(target.tokenizer))
+        gen = generating_target(target, cfg.target, cfg.gen_dtype, device)
+        made = generate_data(gen.model, chat_format(gen), shared_data(cfg), data, task_openings(gen.tokenizer))
         examples = load_data(data, shared_data(cfg))
         train_ids, val_ids = split(len(examples), cfg)
+        target = training_target(target, gen, cfg.gen_dtype, device)  # the losses run through the fp32 target
+        model = target.model.eval().requires_grad_(False)
 
     # 2-4. Train the prompt tokens (and EPT weights); resumable from DIR/checkpoint.pt.
     torch.manual_seed(cfg.seed)
@@ -363,6 +367,7 @@ def train_ppd(cfg: PPDTrainConfig, out: str | Path, target: LoadedModel | None =
     backbone = sum(p.numel() for p in model.parameters())
     record = run.record(
         data={"recipe": "specrepro.training.data.generate_data (Medusa's shards)", "shards": cfg.shards,
+              "written_in": cfg.gen_dtype,
               "task_shards": cfg.task_shards, "shards_generated_now": made, "conversations": len(examples),
               "train_conversations": len(train_ids), "val_conversations": len(val_ids), "val_anchors": n_anchors},
         prompt_tokens={"m": cfg.prompt_tokens, "epts": cfg.epts, "trainable_parameters": trainable,
@@ -420,7 +425,8 @@ def main(argv: list[str] | None = None) -> None:
         if isinstance(f.default, bool):
             parser.add_argument(flag, action=argparse.BooleanOptionalAction, default=f.default)
         else:
-            parser.add_argument(flag, type=type(f.default), default=f.default)
+            parser.add_argument(flag, type=type(f.default), default=f.default,
+                                choices=GEN_DTYPES if f.name == "gen_dtype" else None)
     parser.add_argument("--device", default="auto", help="where the target runs: auto (cuda when available), cpu, "
                                                           "cuda or cuda:N")
     args = vars(parser.parse_args(argv))

@@ -418,3 +418,9 @@ def test_seeds_and_rules_are_checked():
     with pytest.raises(ValueError, match="cannot be resized"):
         PPDDrafter(ppd_drafter(target).tokens, ppd_drafter(target).config, target.lm_head,
                    tree=dynamic_tree(RANKS, 8, 3)).resized(10)
+
+
+def test_the_data_dtype_is_checked_before_any_work():
+    assert PPDTrainConfig(gen_dtype="bf16").gen_dtype == "bf16"  # the EAGLE draft's data, written as the engine decodes
+    with pytest.raises(ValueError, match="gen_dtype must be one of"):
+        PPDTrainConfig(gen_dtype="fp16")
