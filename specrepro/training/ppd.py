@@ -78,6 +78,8 @@ class PPDTrainConfig:
     k_max: int = 10  # top-k accuracies measured on held-out data (the tree's ranks)
     val_conversations: int = 0  # held-out conversations evaluated; 0 = all (every 20th)
     val_every: int = 100  # steps between held-out losses (on 4 conversations)
+    curve_every: int = 0  # steps between held-out top-k accuracies on every held-out conversation (the learning
+    # curve; a multiple of val_every); 0 = only at the end
     threads: int = 2
 
     def __post_init__(self):
@@ -89,6 +91,9 @@ class PPDTrainConfig:
             raise ValueError(f"gen_dtype must be one of {GEN_DTYPES}, got {self.gen_dtype!r}")
         if self.head not in HEADS:
             raise ValueError(f"head must be one of {HEADS}, got {self.head!r}")
+        if self.curve_every < 0 or (self.curve_every and self.curve_every % max(1, self.val_every)):
+            raise ValueError(f"curve_every must be 0 or a multiple of val_every ({self.val_every}), "
+                             f"got {self.curve_every}")
         if min(self.prompt_tokens, self.epts, self.exits, self.anchors, self.batch) < 1 or self.steps < 0:
             raise ValueError("prompt_tokens, epts, exits, anchors and batch must be >= 1 and steps >= 0")
 
@@ -266,6 +271,32 @@ def topk_accuracy(model: torch.nn.Module, student: Student, examples: list[Examp
     return hits / np.maximum(counts, 1)[:, None], int(counts[0])
 
 
+def accuracy_dict(acc: np.ndarray) -> dict[str, list[float]]:
+    """acc [m, k_max] as the records keep it: {"distance_d": top-1..top-k_max}, to 4 decimals."""
+    return {f"distance_{d + 1}": [round(float(x), 4) for x in row] for d, row in enumerate(acc)}
+
+
+class LearningCurve:
+    """Held-out top-k accuracies against the conversations seen (steps × batch), every ``cfg.curve_every`` steps
+    and at the end, kept in a JSON file beside the checkpoint so that a resumed run keeps the points before it."""
+
+    def __init__(self, path: Path, cfg: PPDTrainConfig):
+        self.path, self.cfg = path, cfg
+        self.points: list[dict] = json.loads(path.read_text()) if path.exists() else []
+
+    def maybe_measure(self, step: int, measure) -> None:
+        """At a ``curve_every`` step before the last (the last is the final evaluation), ``measure()`` → acc."""
+        every = self.cfg.curve_every
+        if every and step % every == 0 and step < self.cfg.steps and all(p["step"] != step for p in self.points):
+            self.add(step, measure())
+
+    def add(self, step: int, acc: np.ndarray) -> None:
+        self.points = [p for p in self.points if p["step"] != step] + [
+            {"step": step, "conversations_seen": step * self.cfg.batch, "topk_accuracy": accuracy_dict(acc)}]
+        self.points.sort(key=lambda p: p["step"])
+        atomic_write_text(self.path, json.dumps(self.points, indent=1) + "\n")
+
+
 def shared_data(cfg: PPDTrainConfig) -> DataConfig:
     """The data recipe: ``training.data``'s generator with the Medusa heads' shards (so both share data)."""
     return data_config(MedusaTrainConfig(target=cfg.target, seed=0, shards=cfg.shards, task_shards=cfg.task_shards,
@@ -344,14 +375,19 @@ def train_ppd(cfg: PPDTrainConfig, out: str | Path, target: LoadedModel | None =
             anchors = prefix.usable[torch.randperm(prefix.usable.numel(), generator=g)[: cfg.anchors]].sort().values
             yield loss_for(student_logits(model, student, prefix, anchors, cfg), prefix, anchors, cfg)
 
+    t = trainer(student, cfg)
+    curve = LearningCurve(out / "learning_curve.json", cfg)
+
     def validate() -> float:
         losses = []
         for ex in val_small:
             p = run_prefix(model, ex, cfg)
             losses.append(float(loss_for(student_logits(model, student, p, p.usable, cfg), p, p.usable, cfg)))
+        curve.maybe_measure(t.scheduler.last_epoch, lambda: topk_accuracy(model, student, val, cfg)[0])
         return round(float(np.mean(losses)), 5)
 
-    log = train_loop(trainer(student, cfg), cfg.steps, conversation_losses, accumulate=cfg.batch, validate=validate,
+    val = [examples[i] for i in val_ids]
+    log = train_loop(t, cfg.steps, conversation_losses, accumulate=cfg.batch, validate=validate,
                      val_every=cfg.val_every, checkpoint=Checkpoint(out / "checkpoint.pt", cfg.to_dict()),
                      generator=g, desc="ppd: prompt tokens", progress=progress)
     student.eval().requires_grad_(False)
@@ -359,8 +395,9 @@ def train_ppd(cfg: PPDTrainConfig, out: str | Path, target: LoadedModel | None =
 
     # 5. Held-out top-k accuracies -> rank probabilities for the dynamic sparse tree.
     with timer.phase("eval"):
-        acc, n_anchors = topk_accuracy(model, student, [examples[i] for i in val_ids], cfg)
+        acc, n_anchors = topk_accuracy(model, student, val, cfg)
         rank_probs = stored_rank_probs(acc)
+        curve.add(cfg.steps, acc)
 
     # 6. Files. An inference folder holds the averaged-EPT, final-layer recipe the drafter runs.
     trainable = sum(p.numel() for p in student.parameters())
@@ -373,8 +410,8 @@ def train_ppd(cfg: PPDTrainConfig, out: str | Path, target: LoadedModel | None =
         prompt_tokens={"m": cfg.prompt_tokens, "epts": cfg.epts, "trainable_parameters": trainable,
                        "target_parameters": backbone, "trainable_fraction": trainable / backbone},
         train={"losses": [round(x, 5) for x in log.losses], "val_losses": log.vals},
-        held_out_topk_accuracy={f"distance_{d + 1}": [round(float(x), 4) for x in acc[d]]
-                                for d in range(cfg.prompt_tokens)})
+        held_out_topk_accuracy=accuracy_dict(acc),
+        learning_curve=curve.points)
     folders = []
     if (cfg.aggregation, cfg.exits, cfg.mask, cfg.prefix, cfg.head) == ("average", 1, "ensemble", False, "none"):
         config = PPDConfig(hidden_size=model.config.hidden_size, prompt_tokens=cfg.prompt_tokens, epts=cfg.epts,
@@ -385,14 +422,16 @@ def train_ppd(cfg: PPDTrainConfig, out: str | Path, target: LoadedModel | None =
     return record
 
 
-def remeasure(out: str | Path, data: str | Path | None = None, device: str | torch.device | None = None) -> dict:
+def remeasure(out: str | Path, data: str | Path | None = None, device: str | torch.device | None = None,
+              **split) -> dict:
     """Measure the held-out accuracies of a finished run's prompt tokens (``out/prompt_tokens``) again with this
     revision's evaluation, and rewrite their rank probabilities and record; the earlier numbers stay in the
-    record under ``held_out_topk_accuracy_before``."""
+    record under ``held_out_topk_accuracy_before``. ``split`` (shards, task_shards) measures them on another data
+    recipe's held-out conversations (every 20th of those shards), e.g. a larger run's, for a same-split comparison."""
     out = Path(out)
     folder = out / "prompt_tokens"
     record = json.loads((folder / "training_record.json").read_text())
-    cfg = PPDTrainConfig(**record["config"])
+    cfg = dataclasses.replace(PPDTrainConfig(**record["config"]), **split)
     tokens, config = load_prompt_tokens(folder)
     target = load_model(cfg.target, dtype="fp32", device=resolve_device(device))
     model = target.model.eval().requires_grad_(False)
@@ -402,11 +441,12 @@ def remeasure(out: str | Path, data: str | Path | None = None, device: str | tor
     acc, n_anchors = topk_accuracy(model, student, [examples[i] for i in val_ids], cfg)
     rank_probs = stored_rank_probs(acc)
     record["held_out_topk_accuracy_before"] = record["held_out_topk_accuracy"]
-    record["held_out_topk_accuracy"] = {f"distance_{d + 1}": [round(float(x), 4) for x in acc[d]]
-                                        for d in range(cfg.prompt_tokens)}
+    record["held_out_topk_accuracy"] = accuracy_dict(acc)
     record["data"]["val_anchors"] = n_anchors
     record["remeasured"] = {"git_revision": git_revision(), "command": ["python", "-m", "specrepro.training.ppd",
-                                                                       *sys.argv[1:]]}
+                                                                       *sys.argv[1:]],
+                            "split": {"shards": cfg.shards, "task_shards": cfg.task_shards,
+                                      "val_conversations": len(val_ids)}}
     config = dataclasses.replace(config, rank_probs=rank_probs)
     save_prompt_tokens(tokens, config, folder)
     for path in (folder / "training_record.json", out / "training_record.json"):
@@ -419,7 +459,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--out", required=True, help="run folder (data shards and a checkpoint are reused if present)")
     parser.add_argument("--data", default=None, help="data folder shared between runs (default: OUT/data)")
     parser.add_argument("--remeasure", action="store_true",
-                        help="only measure the held-out accuracies of OUT/prompt_tokens again (see remeasure)")
+                        help="only measure the held-out accuracies of OUT/prompt_tokens again (see remeasure); with "
+                             "--shards/--task-shards, on those shards' held-out conversations")
     for f in dataclasses.fields(PPDTrainConfig):
         flag = f"--{f.name.replace('_', '-')}"
         if isinstance(f.default, bool):
@@ -429,13 +470,16 @@ def main(argv: list[str] | None = None) -> None:
                                 choices=GEN_DTYPES if f.name == "gen_dtype" else None)
     parser.add_argument("--device", default="auto", help="where the target runs: auto (cuda when available), cpu, "
                                                           "cuda or cuda:N")
+    parser.set_defaults(shards=None, task_shards=None)  # with --remeasure: the held-out split of these shards
     args = vars(parser.parse_args(argv))
     out, data, device = args.pop("out"), args.pop("data"), resolve_device(args.pop("device"))
+    split = {k: args.pop(k) for k in ("shards", "task_shards")}
     if args.pop("remeasure"):
-        record = remeasure(out, data, device)
+        record = remeasure(out, data, device, **{k: v for k, v in split.items() if v is not None})
         print(json.dumps(record["held_out_topk_accuracy"], indent=1))
         return
-    record = train_ppd(PPDTrainConfig(**args), out, data=data, device=device)
+    split = {k: v if v is not None else getattr(PPDTrainConfig, k) for k, v in split.items()}
+    record = train_ppd(PPDTrainConfig(**args, **split), out, data=data, device=device)
     print(json.dumps({"held_out_topk_accuracy": record["held_out_topk_accuracy"],
                       "prompt_tokens": record["prompt_tokens"], "times_s": record["times_s"]}, indent=1))
 
