@@ -8,6 +8,7 @@ tokens before it were right, n = tree size (candidate nodes), τ(n) = tokens per
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
@@ -272,3 +273,51 @@ def paper_memory_points() -> dict[str, float]:
     return {"PPD (Table 1)": paper_table1("Vicuna-7B", "PPD")["trainable_pct"],
             "Medusa (Table 1)": paper_table1("Vicuna-7B", "Medusa")["trainable_pct"],
             "PPD runtime (abstract)": PAPER_RUNTIME_MEMORY_PCT}
+
+
+# ------------------------------------------------------------------ the learning curve (issue 40, item 4)
+
+HELD_OUT_1664 = 84  # every 20th of the 1,664 target-written conversations: the split every row below is measured on
+# The other-model anchors at depth 1 (top-1 against the target's argmax), as (method, value, source).
+LEARNING_ANCHORS = (
+    ("PPD", 0.485, "PPD paper (002) Table 3, 1 EPT, 12 epochs, Vicuna-7B"),
+    ("EAGLE", 0.8, "about, EAGLE paper (Li et al. 2024; not a seed), 7B-13B"),
+)
+# The conversations each EAGLE ablation run's data held (its label in ablations.json's same_split starts with it).
+EAGLE_DATA = {"last": 576, "eagle-1536": 1664, "eagle-1536-2700": 1664}
+
+
+def _curve_row(method: str, run: str, written: int, steps: int, seen: int | None, depth: int, top1: float) -> dict:
+    return {"method": method, "run": run, "conversations_written": written, "steps": steps,
+            "conversations_seen": seen, "depth": depth, "top1": round(float(top1), 4),
+            "held_out_conversations": HELD_OUT_1664}
+
+
+def learning_curve_rows(eagle_ablations: dict, medusa_record: dict, ppd_record: dict, ppd_same_split: dict,
+                        depths: int = 3) -> list[dict]:
+    """Held-out top-1 acceptance at depths 1..``depths`` of every trained proposer, all on the same 84 held-out
+    conversations, against the data it was trained on: the EAGLE runs of ``eagle_ablations["same_split"]``, the
+    shipped Medusa heads (``medusa_record``), the shipped PPD prompt tokens (``ppd_record``, with its curve during
+    training: ``conversations_seen`` = steps × conversations per step) and the PPD tokens shipped before, measured
+    again on this split (``ppd_same_split``). EAGLE's depth d is its top-1 chain's acceptance given d − 1 right;
+    Medusa's head d and PPD's prompt token d guess the token d + 1 ahead of the target's."""
+    rows = []
+    for label, entry in eagle_ablations["same_split"].items():
+        if label == "held_out":
+            continue
+        name, steps = label.split(" ")[0], int(re.findall(r"([\d,]+) steps", label)[-1].replace(",", ""))
+        rows += [_curve_row("EAGLE", name, EAGLE_DATA[name], steps, None, d + 1, a)
+                 for d, a in enumerate(entry["accept_by_depth"][:depths])]
+    acc = medusa_record["held_out_topk_accuracy"]
+    rows += [_curve_row("Medusa", "shipped", medusa_record["data"]["conversations"], medusa_record["config"]["steps"],
+                        None, d, acc[f"head_{d}"][0]) for d in range(1, depths + 1) if f"head_{d}" in acc]
+    for run in ppd_same_split["runs"]:
+        rows += [_curve_row("PPD", run["name"], run["conversations"], run["steps"], None, d, row[0])
+                 for d, row in enumerate(run["topk_accuracy"].values(), 1) if d <= depths]
+    written, steps = ppd_record["data"]["conversations"], ppd_record["config"]["steps"]
+    rows += [_curve_row("PPD", "shipped", written, steps, None, d, row[0])
+             for d, row in enumerate(ppd_record["held_out_topk_accuracy"].values(), 1) if d <= depths]
+    rows += [_curve_row("PPD", "shipped, during training", written, p["step"], p["conversations_seen"], d, row[0])
+             for p in ppd_record.get("learning_curve", []) for d, row in enumerate(p["topk_accuracy"].values(), 1)
+             if d <= depths]
+    return rows

@@ -10,10 +10,12 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 
 import numpy as np
+from matplotlib.ticker import NullLocator
 
 from ..run import plots
 from .common import rows_of
-from .eagle import ANCHORS, PAPER_TABLE1_SETTING, SGLANG, SPEC_BENCH, describe, paper_memory_points, paper_speedups
+from .eagle import (ANCHORS, LEARNING_ANCHORS, PAPER_TABLE1_SETTING, SGLANG, SPEC_BENCH, describe, paper_memory_points,
+                    paper_speedups)
 
 
 def fig1_accept_figure(ablations: dict, depth: int, target: str):
@@ -136,4 +138,51 @@ def fig4_memory_figure(memory: Sequence[dict], shares: Sequence[dict], target: s
     plots.legend(axes[1], "below", ncol=1)
     plots.title(fig, plots.MEASURED, f"memory overhead of EAGLE, Medusa, PPD and a draft model on {target} (PPD "
                 "paper Fig. 7), beside the paper's printed numbers")
+    return fig
+
+
+def learning_curve_figure(rows: Sequence[dict], target: str):
+    """Left: held-out top-1 acceptance at depth 1 (solid) and 2 (dashed) of EAGLE, Medusa and PPD against the
+    conversations their data held (the final weights of each run; EAGLE's shorter run on the larger data hollow),
+    with the other-model anchors at depth 1 (dotted). Right: the shipped PPD prompt tokens during training, against
+    the conversations seen, by token distance."""
+    fig, (ax, bx) = plots.figure(ncols=2, width=11.0, height=5.2)
+    final = [r for r in rows if r["conversations_seen"] is None]
+    for i, method in enumerate(("EAGLE", "Medusa", "PPD")):
+        mine = [r for r in final if r["method"] == method]
+        best = {}  # the most-trained run on each data size
+        for r in mine:
+            key = (r["conversations_written"], r["depth"])
+            best[key] = max(best.get(key, r), r, key=lambda x: x["steps"])
+        for depth, style in ((1, "o-"), (2, "s--")):
+            pts = sorted((w, r) for (w, d), r in best.items() if d == depth)
+            ax.plot([w for w, _ in pts], [r["top1"] for _, r in pts], style, color=f"C{i}", ms=5,
+                    label=f"{method}, depth {depth}" + (f" ({', '.join(str(r['steps']) for _, r in pts)} steps)"
+                                                       if depth == 1 else ""))
+            for r in (r for r in mine if r["depth"] == depth and r is not best[(r["conversations_written"], depth)]):
+                ax.plot(r["conversations_written"], r["top1"], style[0], mfc="none", color=f"C{i}", ms=6)
+                ax.annotate(f"{r['steps']} steps", (r["conversations_written"], r["top1"]), fontsize=7,
+                            xytext=(4, -9), textcoords="offset points", color=f"C{i}")
+    for method, value, source in LEARNING_ANCHORS:
+        color = f"C{('EAGLE', 'Medusa', 'PPD').index(method)}"
+        ax.axhline(value, ls=":", lw=1.2, color=color)
+        ax.annotate(f"{method} anchor {value:g} ({source})", (0.01, value), xycoords=("axes fraction", "data"),
+                    fontsize=7, xytext=(0, 3), textcoords="offset points", color=color)
+    ax.set_xscale("log")
+    ticks = sorted({r["conversations_written"] for r in final})
+    ax.set_xticks(ticks, [f"{t:,}" for t in ticks])
+    ax.xaxis.set_minor_locator(NullLocator())
+    ax.set_xlim(ticks[0] / 1.4, ticks[-1] * 1.4)
+    ax.set(xlabel="target-written conversations in the training data (every 20th held out)",
+           ylabel="held-out top-1 acceptance", ylim=(0, 1.0))
+    plots.legend(ax, where="below")
+    during = [r for r in rows if r["conversations_seen"] is not None]
+    for d in sorted({r["depth"] for r in during}):
+        pts = sorted((r["conversations_seen"], r["top1"]) for r in during if r["depth"] == d)
+        bx.plot(*zip(*pts), "o-", ms=4, color=f"C{d + 2}", label=f"prompt token {d} (token distance {d})")
+    bx.set(xlabel="conversations seen in training (steps × 1)", ylabel="held-out top-1 accuracy", ylim=(0, 0.6))
+    bx.set_title("PPD prompt tokens during training (shipped run)", fontsize=9)
+    plots.legend(bx, where="below", ncol=1)
+    plots.title(fig, plots.MEASURED, f"learning curve of the trained proposers on {target}: held-out acceptance "
+                                     f"against data ({rows[0]['held_out_conversations']} held-out conversations)")
     return fig

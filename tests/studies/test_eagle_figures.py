@@ -60,3 +60,37 @@ def test_fig4_draws_each_methods_extra_weights_and_ppds_shares():
     assert [p.get_height() for p in fig.axes[0].patches] == [5.0, 2.0, 0.001, 30.0]
     assert [p.get_height() for p in fig.axes[1].patches] == [0.05, 0.02]
     assert "PPD\nas % of Medusa" in checked(fig)
+
+
+def curve_inputs():
+    """Hand-made records as the zoo keeps them: EAGLE's same-split rows, Medusa's and PPD's training records (PPD's
+    with its curve during training) and PPD's earlier tokens measured again on the same split."""
+    eagle = {"same_split": {"held_out": "every 20th", "last (shipped before: 576 conversations, 600 steps)":
+                            {"accept_by_depth": [0.36, 0.24, 0.2]}, "eagle-1536 (900 steps)": {"accept_by_depth":
+                            [0.42, 0.3, 0.27]}, "eagle-1536-2700 (2,700 steps)": {"accept_by_depth": [0.5, 0.4, 0.35]}}}
+    medusa = {"data": {"conversations": 1664}, "config": {"steps": 5000},
+              "held_out_topk_accuracy": {"head_1": [0.27, 0.4], "head_2": [0.15, 0.3]}}
+    acc = {"distance_1": [0.3, 0.5], "distance_2": [0.17, 0.3], "distance_3": [0.12, 0.2]}
+    ppd = {"data": {"conversations": 1664}, "config": {"steps": 1500}, "held_out_topk_accuracy": acc,
+           "learning_curve": [{"step": s, "conversations_seen": s, "topk_accuracy": acc} for s in (250, 1500)]}
+    before = {"runs": [{"name": "shipped before", "conversations": 576, "steps": 1500, "topk_accuracy": acc}]}
+    return eagle, medusa, ppd, before
+
+
+def test_the_learning_curve_reads_every_proposers_record_on_one_split():
+    from specrepro.studies import eagle as study
+    rows = study.learning_curve_rows(*curve_inputs(), depths=2)
+    eagle = [(r["run"], r["conversations_written"], r["steps"], r["top1"]) for r in rows
+             if r["method"] == "EAGLE" and r["depth"] == 1]
+    assert eagle == [("last", 576, 600, 0.36), ("eagle-1536", 1664, 900, 0.42), ("eagle-1536-2700", 1664, 2700, 0.5)]
+    assert [r["top1"] for r in rows if r["method"] == "Medusa"] == [0.27, 0.15]
+    during = [r for r in rows if r["conversations_seen"] is not None]
+    assert [(r["conversations_seen"], r["depth"]) for r in during] == [(250, 1), (250, 2), (1500, 1), (1500, 2)]
+    assert {r["held_out_conversations"] for r in rows} == {84}
+    fig = eagle_figures.learning_curve_figure(rows, "tiny")
+    left, right = fig.axes
+    eagle_d1 = next(line for line in left.lines if line.get_label().startswith("EAGLE, depth 1"))
+    assert list(eagle_d1.get_xdata()) == [576, 1664] and list(eagle_d1.get_ydata()) == [0.36, 0.5]
+    assert "900 steps" in [t.get_text() for t in left.texts]  # the shorter run on the same data, hollow
+    assert len(right.lines) == 2 and list(right.lines[0].get_xdata()) == [250, 1500]
+    assert any(t.startswith("PPD anchor 0.485") for t in checked(fig))
