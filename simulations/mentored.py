@@ -160,7 +160,6 @@ class _SortedRows:
         self.Q_tail = np.concatenate([np.cumsum(q_sorted[:, ::-1], -1)[:, ::-1], zeros], -1)         # [B, V+1]
         self.S = np.concatenate([zeros, np.cumsum(np.take_along_axis(plogpq, order, -1), -1)], -1)  # [B, V+1]
         self.n_support = support.sum(axis=-1)                            # [B]
-        self.q_support = qs.sum(axis=-1)                                 # [B] = 1 − m0
         # added(ρ_j) at each breakpoint: mass Σ_{ρ_i<ρ_j}(ρ_j p_i − q_i), non-decreasing in j.
         with np.errstate(invalid="ignore"):
             self.added_at = np.where(np.isfinite(self.rho), self.rho * self.P[:, 1:] - self.Q[:, 1:], np.inf)
@@ -334,7 +333,7 @@ def solve(p, q, bound, *, blog_family: bool = False) -> MentoredSolution:
 
 def _subset(rows: _SortedRows, mask: np.ndarray) -> _SortedRows:
     sub = object.__new__(_SortedRows)
-    for name in ("rho", "P", "Q", "P_tail", "Q_tail", "S", "n_support", "q_support", "added_at"):
+    for name in ("rho", "P", "Q", "P_tail", "Q_tail", "S", "n_support", "added_at"):
         setattr(sub, name, getattr(rows, name)[mask])
     return sub
 

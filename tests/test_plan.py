@@ -100,3 +100,23 @@ def test_a_drafter_that_pays_for_its_drafting_sizes_its_tree_once_with_that_cost
     plan = plan_run(medusa, PROFILES, RunRequest(dtype="bf16", gamma=3), models=lambda dtype: (None, drafter))
     assert seen == [0.004] and (plan.tree_size, plan.tree_size_reason) == (6, "with its drafting")
     assert plan.drafter.tree_size == 6 and plan.drafter.heads is drafter.heads
+
+
+def test_a_drafter_that_drafts_for_free_is_built_once_at_the_planned_size():
+    """PPD's prompt tokens ride in the verifying forward: its tree is sized without a drafter, which is then built
+    once, at that size (never built at the default size and resized)."""
+    from specrepro.drafters import ppd as prompt
+    assert not hasattr(prompt.PPDDrafter, "forward_seconds")
+    built = []
+
+    def build(source, target, config):
+        built.append(config.tree_size)
+        return object.__new__(prompt.PPDDrafter)
+
+    def choose(config, profile, gamma, **drafting):
+        assert drafting == {}
+        return type("Size", (), {"size": 5, "reason": "free drafting", "latency_s": 0.03, "tau": 2.0})()
+    ppd = dataclasses.replace(REGISTRY["ppd"], drafter=build, tree=TreeSizing(read_config=lambda weights, target: None,
+                                                                                choose=choose))
+    plan = plan_run(ppd, PROFILES, RunRequest(dtype="bf16", gamma=3), models=lambda dtype: (None, "folder"))
+    assert built == [5] and plan.tree_size == 5 and isinstance(plan.drafter, prompt.PPDDrafter)

@@ -107,15 +107,13 @@ class _SortedRows:
         self.Q_tail = torch.cat([q_sorted.flip(-1).cumsum(-1).flip(-1), zero], -1)  # [R, V+1]
         self.S = torch.cat([zero, plogpq.gather(-1, order).cumsum(-1)], -1)  # [R, V+1]
         self.n_support = support.sum(-1, keepdim=True)  # [R, 1]
-        self.q_support = self.Q[:, -1:]  # [R, 1] 1 − m0
         self.has_zero_ratio = (support & (q == 0)).any(-1, keepdim=True)  # [R, 1] q = 0 < p somewhere
         # added mass at each breakpoint ρ_j: Σ_{ρ_i<ρ_j} (ρ_j p_i − q_i), non-decreasing in j
         self.added_at = torch.where(self.rho.isfinite(), self.rho * self.P[:, 1:] - self.Q[:, 1:], torch.inf)
 
     def subset(self, rows: torch.Tensor) -> "_SortedRows":
         sub = object.__new__(_SortedRows)
-        for name in ("rho", "P", "Q", "P_tail", "Q_tail", "S", "n_support", "q_support", "has_zero_ratio",
-                     "added_at"):
+        for name in ("rho", "P", "Q", "P_tail", "Q_tail", "S", "n_support", "has_zero_ratio", "added_at"):
             setattr(sub, name, getattr(self, name)[rows])
         return sub
 

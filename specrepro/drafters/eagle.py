@@ -201,7 +201,9 @@ def choose_tree_size(config: EagleConfig, profile, gamma: int | str = "auto", dr
     depth = min(config.depth, gamma) if isinstance(gamma, int) else config.depth
     size, curve = medusa.hardware_tree_size(config.rank_probs, depth, profile.l_fp, profile.n_max - 1,
                                             lambda n: min(n, depth) * draft_step_s)
-    drafting = f"{min(size, depth)} draft forwards of {1e3 * draft_step_s:.2f} ms" if draft_step_s else None
+    forwards = min(size, depth)
+    drafting = (f"{forwards} draft forward{'s' if forwards != 1 else ''} of {1e3 * draft_step_s:.2f} ms"
+                if draft_step_s else None)
     return medusa.sized_tree(size, curve[size], profile, drafting)
 
 

@@ -124,19 +124,31 @@ def plan_run(method: Method, profiles: Mapping[str, Profile], request: RunReques
     plan = Plan(method, dtype, dtype_reason, policy, gamma_reason)
     if method.tree is not None and request.tree_size is not None:
         plan.tree_size, plan.tree_size_reason = request.tree_size, request.tree_size_reason
-    if models is not None and method.drafter is not None:
-        target, source = models(dtype)
-        base = config if config is not None else DecodeConfig(method=method.name)
-        plan.drafter = method.build_drafter(source, target, plan.config(base))
-    if method.tree is not None and request.tree_size is None:
+    builds = models is not None and method.drafter is not None
+    sizes = method.tree is not None and request.tree_size is None
+    # A tree drafter that pays for its drafting (``forward_seconds``: EAGLE, Medusa) is built first and measured,
+    # then sized with that cost and resized; any other drafter is built once, at the size planned without it.
+    if builds and (not sizes or hasattr(method.drafter_type, "forward_seconds")):
+        plan.drafter = _build(method, models, dtype, plan, config)
+    if sizes:
         weights = method.tree.read_config(request.tree_weights, request.target)
-        measure = getattr(plan.drafter, "forward_seconds", None)  # a drafter paying for its drafting: weighed in
+        measure = getattr(plan.drafter, "forward_seconds", None)
         drafting = {"draft_step_s": measure()} if measure is not None else {}
         size = method.tree.choose(weights, request.profile_at(profiles[dtype]), request.gamma, **drafting)
         plan.tree_size, plan.tree_size_reason = size.size, size.reason
         if plan.drafter is not None and size.size != plan.drafter.tree_size:
             plan.drafter = plan.drafter.resized(size.size)
+    if builds and plan.drafter is None:
+        plan.drafter = _build(method, models, dtype, plan, config)
     return plan
+
+
+def _build(method: Method, models: Callable[[str], tuple[Any, Any]], dtype: str, plan: Plan,
+           config: DecodeConfig | None):
+    """The method's drafter on ``models(dtype)``, with the plan's settings (its tree size, once planned)."""
+    target, source = models(dtype)
+    base = config if config is not None else DecodeConfig(method=method.name)
+    return method.build_drafter(source, target, plan.config(base))
 
 
 def lazy_profiles(measure: Callable[[str], Profile]) -> dict[str, Profile]:
