@@ -88,6 +88,8 @@ def test_writes_records_summary_provenance(tmp_path, bench_pair, bench_table_pat
     assert {"git_revision", "versions", "device", "cpu_kernel_flags", "threads", "seeds", "costs",
             "profiles"} <= set(session)
     assert session["threads"] == 1 and session["seeds"] == [0, 1]
+    for when in ("host_speed_start", "host_speed_end"):  # the host's speed on a fixed workload, as it began and ended
+        assert session[when]["read_gb_s"] > 0 and session[when]["python_loop_ms"] > 0
     assert session["costs"]["beta"] > 0 and session["costs"]["c"] > 0
     assert prov["config"]["methods"] == list(METHODS)
     assert {v["dtype"] for v in prov["resolved_dtypes"].values()} == {"fp32"}

@@ -1,7 +1,7 @@
 """A bench tells other processes' load apart from its own (``core.provenance.busy_cores``)."""
 import os
 
-from specrepro.core.provenance import busy_cores
+from specrepro.core.provenance import busy_cores, host_speed
 from specrepro.run import bench_session
 
 
@@ -67,3 +67,8 @@ def test_the_load_watch_stops_its_thread():
     watch.stop()
     thread.join(timeout=5)
     assert not thread.is_alive()
+
+
+def test_the_host_speed_is_a_fixed_workload_timed_now():
+    speed = host_speed(repeats=2, mib=4, loop=10_000)
+    assert speed["read_gb_s"] > 0 and speed["python_loop_ms"] > 0 and speed["utc"].endswith("Z")

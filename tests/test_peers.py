@@ -170,7 +170,7 @@ def test_calibrate_times_llama_cpp_beside_ours(tmp_path, monkeypatch, capsys):
     assert main(["calibrate", "--dtype", "fp32", "--threads", "1", "--repeats", "1", "--context-tokens", "32",
                  "--out", str(tmp_path / "p.json")]) == 0
     out = capsys.readouterr().out
-    assert "fp32: llama.cpp 0.3" in out and "fp32: compute roofline" in out
+    assert "fp32: llama.cpp 0.3" in out and "fp32: compute roofline" in out and "fp32: host speed on a fixed" in out
     saved = json.loads((tmp_path / "p.json").read_text())
     peer, ours = saved["peer"], [n for n, _ in saved["forward"]]
     assert peer["threads"] == 1 and peer["context_tokens"] == 32 and [n for n, _ in peer["forward"]] == ours
@@ -179,3 +179,4 @@ def test_calibrate_times_llama_cpp_beside_ours(tmp_path, monkeypatch, capsys):
     profile = load_profile(tmp_path / "p.json")
     assert profile.peer.beta(1) == 1.0 and profile.peer.beta(9) > 0 and profile.compute_floor_s > 0
     assert profile.machine["gemm_flops_s"] > 1e9
+    assert profile.machine["host_speed_start"]["read_gb_s"] > 0 and profile.machine["host_speed_end"]["read_gb_s"] > 0

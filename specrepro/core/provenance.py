@@ -84,6 +84,32 @@ def busy_cores(seconds: float = 0.5, stat: Path = Path("/proc/stat")) -> float |
     return 0.0 if spent <= 0 else (os.cpu_count() or 1) * (1 - (idle1 - idle0) / spent)
 
 
+def host_speed(repeats: int = 5, mib: int = 64, loop: int = 1_000_000) -> dict:
+    """A fixed reference workload timed now: one thread reading ``mib`` MiB (a numpy sum, GB/s) and a Python loop of
+    ``loop`` additions (ms), the median of ``repeats``. Benches and calibrations time it as they start and as they
+    end, so that a slow hour of the host (a neighbour on it, a lower clock: invisible to ``busy_cores``, which sees
+    this machine only) shows in the artifact: the same-run ratios hold either way, the absolute numbers do not."""
+    import statistics
+    import time
+
+    import numpy as np
+
+    data = np.ones(mib * 2**18, dtype=np.float32)
+    reads, loops = [], []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        data.sum()
+        t1 = time.perf_counter()
+        total = 0
+        for i in range(loop):
+            total += i
+        reads.append(t1 - t0)
+        loops.append(time.perf_counter() - t1)
+    return {"read_gb_s": round(data.nbytes / statistics.median(reads) / 1e9, 2),
+            "python_loop_ms": round(1e3 * statistics.median(loops), 2),
+            "utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+
+
 def _tree_ticks(root: int, proc: Path = Path("/proc")) -> int:
     """CPU ticks spent by process ``root`` and its descendants, and by the children they have reaped (utime, stime,
     cutime and cstime of each: a child that exits and is waited for stays counted)."""

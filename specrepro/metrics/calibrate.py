@@ -20,7 +20,7 @@ import torch
 
 from ..core.decoding import Clock, model_device
 from ..core.kvcache import CachedModel
-from ..core.provenance import busy_cores, environment, git_revision
+from ..core.provenance import busy_cores, environment, git_revision, host_speed
 from ..engine.disk import profiles_dir
 from .prefix import BatchedPrefix, batch_contexts
 from .profile import (DEFAULT_NS, DTYPE_NAMES, LONG_NS, N_MAX, Latency, Profile, ProfileKey, calibration_context,
@@ -106,7 +106,7 @@ def measure(target: torch.nn.Module, draft: torch.nn.Module | None, context: lis
     if len(context) + ns[-1] > context_length:
         raise ValueError(f"a {len(context)}-token context + {ns[-1]} tokens exceeds the target's context of "
                          f"{context_length}")
-    t_start = time.perf_counter()
+    speed_start, t_start = host_speed(), time.perf_counter()
     cycled = context * (max([len(context), *key.contexts, *key.prefill_sizes]) // len(context) + 1)
     long_ns = sorted({n for n in LONG_NS if n <= ns[-1]} | {1})
     # context length -> (timer, the sizes timed after it); forward_timer prefills its context once, here
@@ -140,6 +140,7 @@ def measure(target: torch.nn.Module, draft: torch.nn.Module | None, context: lis
     machine = {"cpu": cpu_info(), "gpu": torch.cuda.get_device_name(device) if device.type == "cuda" else None,
                "versions": environment(), "git_revision": git_revision(),
                "busy_cores": busy_cores(), "load_average": list(os.getloadavg()),
+               "host_speed_start": speed_start, "host_speed_end": host_speed(),
                "bandwidth_bytes_s": memory_bandwidth(device), "weight_bytes": weight_bytes(target),
                "held_bytes": held_bytes(target),
                "created_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),

@@ -79,7 +79,7 @@ import torch
 from ..core.decoding import check_prompt, eos_ids, model_device
 from ..core.executor import LOCAL, ExecutorConfig, run_cells
 from ..core.prompts import load_prompts_file, load_suite
-from ..core.provenance import atomic_write_text
+from ..core.provenance import atomic_write_text, host_speed
 from ..decode.adaptive import FixedGamma
 from ..drafters import Drafter
 from ..engine.models import LoadedModel, draft_alpha_prior, load_tokenizer
@@ -398,7 +398,8 @@ class _Run:
                 for row in rows or ():
                     written += self._append(handle, row, on_record)
         bar.close()
-        session.update(finished_utc=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), records_written=written)
+        session.update(finished_utc=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), records_written=written,
+                       host_speed_end=host_speed())
         self.save()
 
     def _append(self, handle, row: dict, on_record: Callable[[dict], None] | None) -> int:
@@ -436,7 +437,7 @@ class _Run:
             run_cells(functools.partial(_prompt_cell, self), list(cells.values()), executor,
                       progress=f"bench {self.out.name} (prompts)" if progress else False, on_result=write)
         self.session.update(finished_utc=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), records_written=written,
-                            executor=executor.describe())
+                            executor=executor.describe(), host_speed_end=host_speed())
         self.save()
 
     def finish(self) -> BenchResult:

@@ -16,7 +16,7 @@ from typing import Sequence
 import torch
 
 from ..core.decoding import model_device
-from ..core.provenance import BUSY_CORES, busy_cores, environment, git_revision
+from ..core.provenance import BUSY_CORES, busy_cores, environment, git_revision, host_speed
 from ..methods import Cost
 from ..metrics.calibrate import measure
 from ..metrics.profile import DEFAULT_NS, Profile, ProfileKey, cpu_info
@@ -47,6 +47,9 @@ def session_info(config: BenchConfig, device: torch.device) -> dict:
         # process asleep), and the 1/5/15-minute load (which also counts what this process did a minute before).
         "busy_cores": busy_cores(),
         "load_average": list(os.getloadavg()) if hasattr(os, "getloadavg") else None,
+        # The host's speed on a fixed workload as the session starts (and, host_speed_end, as it ends): a slower
+        # host shows here where busy_cores cannot see it.
+        "host_speed_start": host_speed(),
         "seeds": [config.seed + r for r in range(config.repeats)],
     }
 

@@ -423,6 +423,11 @@ def print_profile(dtype: str, p) -> None:
               f"one-token step's {m['step_flops'] / 1e9:.2f} GFLOP of GEMMs take {1e3 * p.compute_floor_s:.2f} ms; "
               f"L_fp(1) is {p.decode_s / p.compute_floor_s:.0f}x it, L_fp({p.n_max}) "
               f"{p.l_fp(p.n_max) / (p.n_max * p.compute_floor_s):.1f}x the {p.n_max}-token compute floor{ridge}")
+    if "host_speed_start" in m:
+        a, b = m["host_speed_start"], m["host_speed_end"]
+        print(f"{dtype}: host speed on a fixed workload (core.provenance.host_speed), start → end: one-thread read "
+              f"{a['read_gb_s']:.1f} → {b['read_gb_s']:.1f} GB/s, Python loop {a['python_loop_ms']:.1f} → "
+              f"{b['python_loop_ms']:.1f} ms")
     if p.peer is not None:
         e = p.peer
         peer_betas = " ".join(f"β({n})={e.beta(n):.2f}" for n in ns)
