@@ -423,15 +423,15 @@ def train_ppd(cfg: PPDTrainConfig, out: str | Path, target: LoadedModel | None =
 
 
 def remeasure(out: str | Path, data: str | Path | None = None, device: str | torch.device | None = None,
-              **split) -> dict:
+              **recipe) -> dict:
     """Measure the held-out accuracies of a finished run's prompt tokens (``out/prompt_tokens``) again with this
     revision's evaluation, and rewrite their rank probabilities and record; the earlier numbers stay in the
-    record under ``held_out_topk_accuracy_before``. ``split`` (shards, task_shards) measures them on another data
+    record under ``held_out_topk_accuracy_before``. ``recipe`` (shards, task_shards) measures them on another data
     recipe's held-out conversations (every 20th of those shards), e.g. a larger run's, for a same-split comparison."""
     out = Path(out)
     folder = out / "prompt_tokens"
     record = json.loads((folder / "training_record.json").read_text())
-    cfg = dataclasses.replace(PPDTrainConfig(**record["config"]), **split)
+    cfg = dataclasses.replace(PPDTrainConfig(**record["config"]), **recipe)
     tokens, config = load_prompt_tokens(folder)
     target = load_model(cfg.target, dtype="fp32", device=resolve_device(device))
     model = target.model.eval().requires_grad_(False)
@@ -473,13 +473,13 @@ def main(argv: list[str] | None = None) -> None:
     parser.set_defaults(shards=None, task_shards=None)  # with --remeasure: the held-out split of these shards
     args = vars(parser.parse_args(argv))
     out, data, device = args.pop("out"), args.pop("data"), resolve_device(args.pop("device"))
-    split = {k: args.pop(k) for k in ("shards", "task_shards")}
+    recipe = {k: args.pop(k) for k in ("shards", "task_shards")}
     if args.pop("remeasure"):
-        record = remeasure(out, data, device, **{k: v for k, v in split.items() if v is not None})
+        record = remeasure(out, data, device, **{k: v for k, v in recipe.items() if v is not None})
         print(json.dumps(record["held_out_topk_accuracy"], indent=1))
         return
-    split = {k: v if v is not None else getattr(PPDTrainConfig, k) for k, v in split.items()}
-    record = train_ppd(PPDTrainConfig(**args, **split), out, data=data, device=device)
+    recipe = {k: v if v is not None else getattr(PPDTrainConfig, k) for k, v in recipe.items()}
+    record = train_ppd(PPDTrainConfig(**args, **recipe), out, data=data, device=device)
     print(json.dumps({"held_out_topk_accuracy": record["held_out_topk_accuracy"],
                       "prompt_tokens": record["prompt_tokens"], "times_s": record["times_s"]}, indent=1))
 

@@ -61,3 +61,13 @@ def test_a_resumed_curve_keeps_its_points_and_measures_each_step_once(tmp_path):
 def test_a_curve_step_off_the_validation_steps_is_one_error():
     with pytest.raises(ValueError, match="curve_every must be 0 or a multiple of val_every"):
         ppd.PPDTrainConfig(val_every=100, curve_every=250)
+
+
+def test_remeasure_on_another_recipes_split_keeps_the_earlier_numbers(run, monkeypatch):
+    folder, record = run
+    target = LoadedModel("tiny", tiny_model(vocab_size=64, n_layers=2, hidden=32, seed=1), None)
+    monkeypatch.setattr(ppd, "load_model", lambda name, dtype, device: target)
+    again = ppd.remeasure(folder, folder / "data", "cpu", task_shards=0)  # the free shard's held-out split only
+    assert again["remeasured"]["split"] == {"shards": 1, "task_shards": 0, "val_conversations": 1}
+    assert again["held_out_topk_accuracy_before"] == record["held_out_topk_accuracy"]
+    assert json.loads((folder / "prompt_tokens" / "training_record.json").read_text()) == again
