@@ -65,8 +65,9 @@ ZOO: dict[str, ZooEntry] = {
         description="3 PPD prompt tokens for smollm2-135m-instruct (python -m specrepro.training.ppd)",
         package="specrepro",
         folder="zoo/smollm2-135m-ppd",
-        made_by=("python -m specrepro.training.ppd --out runs/ppd-v1 --data runs/ppd/data --seed 0 --steps 1500",
-                 "python -m specrepro.training.ppd --out runs/ppd-v1 --data runs/ppd/data --remeasure"),
+        made_by=("python -m specrepro.training.ppd --out /root/.cache/specrepro/train/ppd-1536 "
+                 "--data /root/.cache/specrepro/train/eagle-1536/data --gen-dtype bf16 --shards 12 --task-shards 12 "
+                 "--steps 1500 --val-every 50 --curve-every 250 --threads 2",),
     ),
     "smollm2-135m-eagle": ZooEntry(
         description="a one-layer EAGLE draft on smollm2-135m-instruct's features (python -m specrepro.training.eagle)",
