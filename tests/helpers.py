@@ -1,6 +1,7 @@
 """Builders shared by several test files (no test file imports another): the tiny V = 8 models and the prompt of
 the χ² loop tests, a LoadedModel around a tiny model, fake device profiles, random chains for the rule tests, and
-the generic optimiser that is the reference for mentored decoding. The statistics live in tests/stats.py."""
+the generic optimiser that is the reference for mentored decoding, and the token ids a tiny target's trainers frame
+their data with. The statistics live in tests/stats.py."""
 from __future__ import annotations
 
 import numpy as np
@@ -10,6 +11,8 @@ from scipy.optimize import minimize
 from specrepro.metrics.profile import Latency, Profile, ProfileKey
 from specrepro.engine.models import LoadedModel, tiny_model
 from specrepro.core.warping import sample
+from specrepro.training.data import ChatFormat, TaskOpenings
+from specrepro.training.stems import TASK_KINDS
 
 # --- the χ² loop tests' tiny world
 
@@ -114,3 +117,16 @@ def run_tiny_bench(config, out, pair, prompts, **kw):
     from specrepro.run.bench import run_bench
     target, draft = pair
     return run_bench(config, out, target=target, draft=draft, prompts=prompts, progress=False, **kw)
+
+
+# --- a tiny target's trainers: a tiny model has no tokenizer, so the chat template's and the task openings' token ids
+# are given (what chat_format and task_openings read off a real tokenizer)
+
+TINY_CHAT = ChatFormat((1, 5, 6), 2, (7, 8), (9, 6))
+TINY_OPENINGS = TaskOpenings({k: ((20, 21), (22,)) for k in TASK_KINDS}, ((30, 31, 32),), ((40,), (41, 42)))
+
+
+def tiny_framing(patch, trainer) -> None:
+    """Make the ``trainer`` module (training.eagle, training.ppd, ...) frame its data with the ids above."""
+    patch.setattr(trainer, "chat_format", lambda model: TINY_CHAT)
+    patch.setattr(trainer, "task_openings", lambda tokenizer: TINY_OPENINGS)

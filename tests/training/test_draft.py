@@ -8,25 +8,19 @@ import torch
 
 from specrepro.decode.autoregressive import autoregressive_generate
 from specrepro.core.config import DecodeConfig, SamplingConfig
-from specrepro.training.data import (ChatFormat, Example, TaskOpenings, chat_format, generate_data, generate_shard,
+from specrepro.training.data import (ChatFormat, Example, chat_format, generate_data, generate_shard,
                                      generate_task_shard, task_kind)
 from specrepro.training.draft import DistillConfig, distill
 from specrepro.training.evaluate import data_agreement, teacher_forced_agreement
 from specrepro.training.losses import DIVERGENCES, coarsen, fkl, jsd, rkl, tvd
-from specrepro.training.stems import TASK_KINDS
 from specrepro.engine.draft_model import draft_from_target, load_draft_model, save_draft
 from specrepro.drafters import LMDrafter
 from specrepro.engine.models import LoadedModel, check_pair, load_model, tiny_model
 from specrepro.decode.speculative import speculative_generate
+from tests.helpers import TINY_CHAT, TINY_OPENINGS
 
 P = torch.tensor([0.5, 0.3, 0.2, 0.0])
 Q = torch.tensor([0.25, 0.25, 0.25, 0.25])
-
-CHAT = ChatFormat((1, 5, 6), 2, (7, 8), (9, 6))
-
-
-def _openings() -> TaskOpenings:
-    return TaskOpenings({k: ((20, 21), (22,)) for k in TASK_KINDS}, ((30, 31, 32),), ((40,), (41, 42)))
 
 
 def _kl(a, b):
@@ -142,10 +136,10 @@ def test_tiny_end_to_end_distill(tmp_path):
     cfg = DistillConfig(target="tiny", shards=2, task_shards=1, threads=1, gen_batch=8, user_max_new=8,
                         answer_max_new=12, top_k=8, n_layers=1, n_kept=40, steps=30, batch_size=8, lr=3e-3,
                         warmup=3, eval_max_new=12, cost_steps=3)
-    chat = CHAT
+    chat = TINY_CHAT
     prompts = {"held-out": [[1, 5, 6, 9, 10, 2, 7, 8]]}
     rec = distill(cfg, tmp_path, target=target, chat=chat, eval_prompts=prompts, command=["test"],
-                  openings=_openings())
+                  openings=TINY_OPENINGS)
     for f in ("config.json", "training_record.json", "draft/model.safetensors", "draft/draft_config.json",
               "data/shard_00000.pt", "data/shard_00001.pt", "data/task_00000.pt"):
         assert (tmp_path / f).is_file(), f
@@ -160,7 +154,7 @@ def test_tiny_end_to_end_distill(tmp_path):
         assert 0 <= on["top1"] <= 1 and 0 <= on["overlap"] <= 1 and on["rows"] > 0
     # Resumable: a second run reuses every shard.
     again = distill(cfg.__class__(**{**cfg.to_dict(), "steps": 2}), tmp_path, target=target, chat=chat,
-                    eval_prompts=prompts, command=["test"], openings=_openings())
+                    eval_prompts=prompts, command=["test"], openings=TINY_OPENINGS)
     assert again["data"]["shards_generated_now"] == 0
 
 
@@ -182,7 +176,7 @@ def test_shipped_draft_loads_from_the_zoo():
 def test_task_shard_kinds(index):
     target = tiny_model(vocab_size=64, n_layers=2, hidden=32, seed=1)
     cfg = DistillConfig(gen_batch=3, user_max_new=6, answer_max_new=8, article_max_new=7, top_k=4, seed=3)
-    a, b = (generate_task_shard(target, CHAT, _openings(), cfg, index) for _ in range(2))
+    a, b = (generate_task_shard(target, TINY_CHAT, TINY_OPENINGS, cfg, index) for _ in range(2))
     assert all(torch.equal(a[k], b[k]) for k in a)  # deterministic
     kind = task_kind(index)
     assert a["tokens"].shape[0] == (6 if kind == "summarize" else 3)
@@ -213,9 +207,9 @@ def test_task_data_needs_openings_and_a_user_header(tmp_path):
     target = tiny_model(vocab_size=64, n_layers=2, hidden=32, seed=1)
     cfg = DistillConfig(shards=0, task_shards=5, gen_batch=2, user_max_new=4, answer_max_new=4, top_k=4)
     with pytest.raises(ValueError, match="task openings"):
-        generate_data(target, CHAT, cfg, tmp_path)
+        generate_data(target, TINY_CHAT, cfg, tmp_path)
     with pytest.raises(ValueError, match="user_header"):
-        generate_task_shard(target, ChatFormat((1, 5, 6), 2, (7, 8)), _openings(), cfg, 4)  # index 4: chat
+        generate_task_shard(target, ChatFormat((1, 5, 6), 2, (7, 8)), TINY_OPENINGS, cfg, 4)  # index 4: chat
 
 
 def test_chat_format_of_the_offline_target():

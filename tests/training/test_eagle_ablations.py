@@ -10,14 +10,10 @@ import pytest
 
 from specrepro.engine.models import LoadedModel, tiny_model
 from specrepro.training import eagle, eagle_ablations
-from specrepro.training.data import ChatFormat, TaskOpenings
-from specrepro.training.stems import TASK_KINDS
+from tests.helpers import tiny_framing
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
-# A tiny model has no tokenizer: the chat template's and the task openings' token ids are given, as in test_draft.
-CHAT = ChatFormat((1, 5, 6), 2, (7, 8), (9, 6))
-OPENINGS = TaskOpenings({k: ((20, 21), (22,)) for k in TASK_KINDS}, ((30, 31, 32),), ((40,), (41, 42)))
 SMALL = dict(target="tiny", draft_vocab=16, shards=1, task_shards=1, gen_batch=4, max_len=48, window=16, steps=12,
              batch=2, lr=3e-3, warmup=2, depth=3, k_max=4, top_k=2, threads=1)
 
@@ -28,8 +24,7 @@ def runs(tmp_path_factory):
     root = tmp_path_factory.mktemp("eagle")
     target = LoadedModel("tiny", tiny_model(vocab_size=64, n_layers=2, hidden=32, seed=1), None)
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(eagle, "chat_format", lambda model: CHAT)
-        patch.setattr(eagle, "task_openings", lambda tokenizer: OPENINGS)
+        tiny_framing(patch, eagle)
         for name, ttt in (("last", 0), ("ttt", 1)):
             eagle.train_eagle(eagle.EagleTrainConfig(**SMALL, ttt=ttt), root / name, target=target,
                               command=["test", name], data=root / "data")

@@ -10,13 +10,10 @@ import pytest
 
 from specrepro.engine.models import LoadedModel, tiny_model
 from specrepro.training import ppd
-from specrepro.training.data import ChatFormat, TaskOpenings
-from specrepro.training.stems import TASK_KINDS
+from tests.helpers import tiny_framing
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
-CHAT = ChatFormat((1, 5, 6), 2, (7, 8), (9, 6))
-OPENINGS = TaskOpenings({k: ((20, 21), (22,)) for k in TASK_KINDS}, ((30, 31, 32),), ((40,), (41, 42)))
 SMALL = dict(target="tiny", shards=1, task_shards=1, gen_batch=4, max_len=48, steps=8, anchors=4, val_every=2,
              curve_every=4, k_max=4, threads=1)
 
@@ -26,8 +23,7 @@ def run(tmp_path_factory):
     root = tmp_path_factory.mktemp("ppd")
     target = LoadedModel("tiny", tiny_model(vocab_size=64, n_layers=2, hidden=32, seed=1), None)
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(ppd, "chat_format", lambda model: CHAT)
-        patch.setattr(ppd, "task_openings", lambda tokenizer: OPENINGS)
+        tiny_framing(patch, ppd)
         record = ppd.train_ppd(ppd.PPDTrainConfig(**SMALL), root / "run", target=target, command=["test"],
                                progress=False)
     return root / "run", record
