@@ -5,7 +5,7 @@ import torch
 import torch.nn.functional as F
 
 from specrepro.engine import kernel
-from specrepro.engine.llama import Q4, Q8, _scores_mask, attention, q4_pack, q8_pack
+from specrepro.engine.llama import Q4, Q8, Bulk, _scores_mask, attention, q4_pack, q8_pack
 
 ops = pytest.mark.skipif(kernel.rms_norm() is None, reason=f"the kernels did not build: {kernel._state.get('why')}")
 gemms = pytest.mark.skipif(kernel.why_not() is not None, reason=f"no 4/8-bit kernel: {kernel.why_not()}")
@@ -53,6 +53,28 @@ def test_the_4bit_kernel_computes_the_weight_it_packs_for_any_number_of_rows(n, 
     for m in (1, 2, 3, 5, 8, 9, 16, 19):
         assert torch.equal(packed.linear(x[:m]), one_by_one[:m]), m
     assert torch.equal(packed.linear(x.view(1, 19, k)), y.view(1, 19, n))  # any leading dimensions
+
+
+@gemms
+def test_a_prompts_rows_in_bulk_are_within_rounding_and_alike_whatever_rows_beside_them():
+    """The bulk path (a prefill's rows: AMX's tiles where the CPU has them) computes the packed weight within bf16's
+    rounding; a row's result is the same bit for bit in any number of bulk rows and beside ordinary rows in one call
+    (which keep the ordinary path's bits); without AMX a bulk row is an ordinary one."""
+    w = on_q4_grid(96, 64, seed=2)
+    packed = q4_pack(w)
+    x = torch.randn(40, 64)
+    every, ordinary = packed.linear(x, bulk=Bulk(True)), packed.linear(x)
+    assert within_rounding(every, x, w)
+    for m in (1, 5, 16, 17, 33):
+        assert torch.equal(packed.linear(x[:m], bulk=Bulk(True)), every[:m]), m
+    marked = torch.zeros(2, 20, dtype=torch.bool)
+    marked[0, :13] = marked[1, :7] = True  # two rows of a batch: each one's prompt columns first
+    mixed = packed.linear(x.view(2, 20, 64), bulk=Bulk.of(marked)).view(40, 96)
+    flat = marked.view(-1)
+    assert torch.equal(mixed[flat], every[flat]) and torch.equal(mixed[~flat], ordinary[~flat])
+    assert Bulk.of(torch.zeros(2, 3, dtype=torch.bool)) is None and Bulk.of(torch.ones(1, 3, dtype=torch.bool)).every
+    if not kernel.bulk_tiles():
+        assert torch.equal(every, ordinary)
 
 
 @gemms
@@ -158,3 +180,11 @@ def test_a_ragged_batch_prefilled_row_by_row_is_the_batched_forward_bit_for_bit(
         last[share] = batch_cache.BatchCache(model, 3).score(ids)[0][:, -1]
     alone = torch.stack([batch_cache.BatchCache(model, 1).score([row])[0][0, -1] for row in ids])
     assert torch.equal(last[0.75], last[0.0]) and torch.equal(last[0.75], alone)
+    lengths = [len(row) - 5 for row in ids]  # each row's prompt: all but its last five tokens (a first call's drafts)
+    bulk = {share: None for share in (0.75, 0.0)}
+    for share in bulk:
+        monkeypatch.setattr(batch_cache, "ROW_BY_ROW_SHARE", share)
+        bulk[share] = batch_cache.BatchCache(model, 3, lengths).score(ids)[0][:, -1]
+    alone = torch.stack([batch_cache.BatchCache(model, 1, [n]).score([row])[0][0, -1] for n, row in zip(lengths, ids)])
+    assert torch.equal(bulk[0.75], bulk[0.0]) and torch.equal(bulk[0.75], alone)
+    assert torch.equal(bulk[0.75], last[0.75]) != kernel.bulk_tiles()  # on AMX the prompts ran on its tiles

@@ -40,6 +40,23 @@ def test_greedy_speculative_with_self_draft_equals_autoregressive(smol_fp32, gam
         assert sp.text == ar.text and sp.text.strip()
 
 
+def test_greedy_methods_equal_autoregressive_in_bf16_with_the_prompt_in_bulk(smol):
+    """In bf16 on the engine's 4-bit kernel, whose rows are the same bit for bit whatever rows share a forward: a
+    prompt's columns may run on another path (AMX's tiles, ``StaticKV.prompt``) whose sums round otherwise, so a first
+    call that holds the prompt and the drafts must compute the prompt as AR's prefill does and the drafts as AR's
+    decode steps do. Then speculative sampling and prompt lookup write AR's tokens exactly, in bf16 too."""
+    from specrepro.engine import kernel
+    if kernel.why_not() is not None:
+        pytest.skip(f"no 4-bit kernel: {kernel.why_not()}")
+    draft = load_draft("smollm2-135m-draft", smol)
+    for prompt in PROMPTS:
+        ids = encode_prompt(smol, prompt)
+        ar = generate_ids(smol, ids, DecodeConfig(method="ar", max_new_tokens=24, stop_at_eos=False))
+        for method, source in (("speculative", draft), ("prompt-lookup", None)):
+            config = DecodeConfig(method=method, max_new_tokens=24, gamma=4, stop_at_eos=False)
+            assert generate_ids(smol, ids, config, draft=source).token_ids == ar.token_ids, method
+
+
 def test_rollback_logits_match_fresh_forward(smol_fp32):
     """In fp32, so that the comparison is not drowned by bf16 rounding (a fresh full forward runs other
     matmul shapes, which in bf16 can flip near-ties)."""

@@ -62,9 +62,13 @@ class PendingStep:
 class BatchCache:
     """B ragged rows of one model, scored together; see the module docstring."""
 
-    def __init__(self, model: torch.nn.Module, batch_size: int):
+    def __init__(self, model: torch.nn.Module, batch_size: int, prompt_lens: list[int] | None = None):
+        """``prompt_lens``: each row's prompt length, where the caller knows them (``kvcache.CachedModel``'s
+        ``prompt_len``)."""
         if not isinstance(batch_size, int) or batch_size < 1:
             raise ValueError(f"batch_size must be an integer >= 1, got {batch_size!r}")
+        if prompt_lens is not None and len(prompt_lens) != batch_size:
+            raise ValueError(f"prompt_lens gives {len(prompt_lens)} lengths for {batch_size} rows")
         check_batchable(model)
         self.model = model
         self.device = next(model.parameters()).device
@@ -72,6 +76,7 @@ class BatchCache:
         self.engine = engine_of(model)
         if self.engine is not None:  # the engine's static cache: S is a length, the buffer is preallocated
             self.kv = self.engine.new_cache(batch_size, SLOT_BLOCK)
+            self.kv.set_prompt(list(prompt_lens or [0] * batch_size))
             self._slots = 0
         self.cache = DynamicCache(config=model.config)
         odd = {type(layer).__name__ for layer in self.cache.layers if type(layer) is not DynamicLayer}

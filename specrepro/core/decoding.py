@@ -127,7 +127,7 @@ def start_run(target: torch.nn.Module, prompt_ids: list[int], config: DecodeConf
     """Check the prompt against the context and set up one generation (batch size 1)."""
     check_prompt(prompt_ids, config, context_length or target.config.max_position_embeddings)
     out: list[int] = []
-    p_model = CachedModel(target)
+    p_model = CachedModel(target, prompt_len=len(prompt_ids))  # (a prompt's positions may run in bulk)
     rec = GenerationRecord(method=method, token_ids=out, prompt_tokens=len(prompt_ids), config=config.to_dict())
     rec.provenance["engine"] = p_model.backend  # which forward ran the target: the engine, or transformers'
     return Run(generator=torch.Generator().manual_seed(config.seed),

@@ -78,10 +78,13 @@ class CachedModel:
     ``DynamicCache`` (cropped). ``backend`` says which ran.
     """
 
-    def __init__(self, model: torch.nn.Module):
+    def __init__(self, model: torch.nn.Module, prompt_len: int = 0):
+        """``prompt_len``: the prompt's length, where the caller knows it (a decoding run: ``decoding.start_run``):
+        the engine may compute positions below it in bulk (``StaticKV.prompt``: on AMX where the CPU has it)."""
         self.model = model
         self.device = next(model.parameters()).device
         self.engine = engine_of(model)
+        self.prompt_len = prompt_len
         self.reset()
 
     @property
@@ -93,6 +96,7 @@ class CachedModel:
             self.cache = DynamicCache(config=self.model.config)
         else:
             self.kv = self.engine.new_cache(1, SLOT_BLOCK)
+            self.kv.set_prompt([self.prompt_len])
             self._slots = 0  # slots [0, _slots) hold ids then a pending tree's nodes
         self.ids: list[int] = []  # committed tokens whose keys/values are in the cache, at positions 0..len-1
         self.tree: PendingTree | None = None  # nodes cached after self.ids by logits_for_tree, not yet kept

@@ -83,7 +83,7 @@ def batched_generate(target: torch.nn.Module, drafters: DrafterSource, prompts: 
     if config.gamma == "auto":
         raise ValueError("batched decoding takes a fixed gamma (an integer); gamma 'auto' runs at batch size 1")
     policy = FixedGamma(config.gamma)
-    cache = BatchCache(target, len(rows))
+    cache = BatchCache(target, len(rows), [len(p) for p in prompts])
     draft = BatchedDraft.for_rows(rows)
     needs_hidden = any(row.drafter.needs_hidden for row in rows)
     clock = rows[0].run.clock
@@ -143,7 +143,7 @@ def batched_autoregressive(target: torch.nn.Module, prompts: list[list[int]], co
     """The batched baseline: one target forward per token for every row at once, each row drawing from its own
     generator exactly as ``autoregressive_generate`` draws (so row b reproduces it for its prompt and seed)."""
     rows = start_rows(target, prompts, config, "ar", seeds, context_length)
-    cache = BatchCache(target, len(rows))
+    cache = BatchCache(target, len(rows), [len(p) for p in prompts])
     clock = rows[0].run.clock
     for row in rows:
         row.run.rec.provenance["batch"] = {"size": len(rows), "row": row.index, "draft": "none"}

@@ -2,15 +2,16 @@
 
 - ``rms_norm()``: RMSNorm in fp32 as one op (torch's CPU one is six);
 - ``attention()``: grouped-query attention over a layer's cache in fp32 as one op (torch's way is five);
-- ``q4_mm()``: the 4-bit GEMM, where the CPU has AVX-512 BF16 (``llama.Q4``);
+- ``q4_mm()``: the 4-bit GEMM, where the CPU has AVX-512 BF16 (``llama.Q4``); a prompt's rows (``bulk``) on AMX's
+  tiles where it has AMX-BF16 too (``kernels_amx.h``: a prefill at about a third of the cost);
 - ``q8_mm()``: the 8-bit GEMM of a GGUF Q8_0 weight (the offline model's LM head), likewise (``llama.Q8``);
 - ``llama_layer()``: a whole decoder layer on 4-bit weights as one op, likewise (``llama.LlamaStack.forward``).
 
 Each returns its op, or None where it cannot run: not an x86 Linux CPU, no C++ compiler or ninja (torch's
 ``cpp_extension`` drives the build), a failed build (one line says so), or for ``q4_mm`` a CPU without AVX-512 BF16
-or ``$SPECREPRO_KERNELS``: "torch-int4" keeps torch's int4 kernel, "off" every torch op (both for side-by-side
-measurements). ``why_not()`` says why ``q4_mm`` is None. The engine then runs torch's ops: nothing but speed
-depends on these.
+or ``$SPECREPRO_KERNELS``: "no-amx" keeps a prompt's rows off AMX, "torch-int4" keeps torch's int4 kernel, "off"
+every torch op (all three for side-by-side measurements). ``why_not()`` says why ``q4_mm`` is None. The engine then
+runs torch's ops: nothing but speed depends on these.
 
 The build (about 30 s on 2 cores: torch's headers) is compiled for this CPU (``-march=native``) and goes where torch
 keeps its extensions (``$TORCH_EXTENSIONS_DIR``, default ``~/.cache/torch_extensions``), keyed by the source, the
@@ -32,10 +33,11 @@ import torch
 
 
 SOURCE = Path(__file__).with_name("kernels.cpp")
+HEADERS = [Path(__file__).with_name("kernels_amx.h")]  # (included by SOURCE: part of the build's key)
 FLAGS = ["-O3", "-march=native", "-fopenmp"]  # (OpenMP: ATen's parallel_for on torch's threads, and simd loops)
 Q4_CPU_FLAGS = ("avx512f", "avx512bw", "avx512_bf16")  # as /proc/cpuinfo spells them
-ENV = "SPECREPRO_KERNELS"  # "on" (default), "torch-int4" (torch's int4 kernel, ours for the rest), "off" (torch's ops)
-CHOICES = ("on", "torch-int4", "off")
+ENV = "SPECREPRO_KERNELS"  # "on" (default), "no-amx" (ours without AMX), "torch-int4" (torch's int4 kernel, ours for
+CHOICES = ("on", "no-amx", "torch-int4", "off")  # the rest), "off" (torch's ops)
 _state: dict = {}  # "ops" (torch.ops.specrepro, or None) and "why" (why it is None), once per process
 
 
@@ -53,7 +55,7 @@ def attention():
 
 
 def q4_mm():
-    """``q4_mm(x [..., K] fp32 or bf16, packed, d, z) -> [..., N] fp32`` (see kernels.cpp), or None."""
+    """``q4_mm(x [..., K] fp32 or bf16, packed, d, z, bulk=False) -> [..., N] fp32`` (see kernels.cpp), or None."""
     return None if why_not() else _ops().q4_mm
 
 
@@ -64,14 +66,23 @@ def q8_mm():
 
 
 def llama_layer():
-    """``llama_layer(x, attn_norm, mlp_norm, eps, w, cos, ssin, k, v, slots, S, mask, n_heads) -> x`` (a decoder layer
+    """``llama_layer(x, attn_norm, mlp_norm, eps, w, cos, ssin, k, v, slots, S, mask, n_heads, bulk=None) -> x`` (a layer
     on 4-bit weights as one op; see kernels.cpp), or None (where ``q4_mm`` is)."""
     return None if why_not() else _ops().llama_layer
 
 
+AMX_CPU_FLAGS = ("amx_tile", "amx_bf16")
+
+
+def bulk_tiles() -> bool:
+    """Whether ``q4_mm(..., bulk=True)`` runs on AMX's tiles (``kernels_amx.h``): the kernel runs, the CPU has AMX-BF16
+    and ``$SPECREPRO_KERNELS`` is "on". Elsewhere a bulk row is an ordinary one, and the engine does not mark any."""
+    return choice() == "on" and all(f in cpu_flags() for f in AMX_CPU_FLAGS) and q4_mm() is not None
+
+
 def why_not() -> str | None:
     """Why ``q4_mm()`` is None (None when it runs)."""
-    if choice() != "on":
+    if choice() not in ("on", "no-amx"):
         return f"{ENV}={choice()}"
     missing = [f for f in Q4_CPU_FLAGS if f not in cpu_flags()]
     if missing:
@@ -118,8 +129,9 @@ def _load():
         with contextlib.suppress(ImportError):
             import ninja
             os.environ["PATH"] = ninja.BIN_DIR + os.pathsep + os.environ.get("PATH", "")
-    key = hashlib.sha256(b"\n".join([SOURCE.read_bytes(), " ".join(FLAGS).encode(), torch.__version__.encode(),
-                                     " ".join(sorted(cpu_flags())).encode()])).hexdigest()
+    parts = [SOURCE.read_bytes(), *(h.read_bytes() for h in HEADERS), " ".join(FLAGS).encode(),
+             torch.__version__.encode(), " ".join(sorted(cpu_flags())).encode()]
+    key = hashlib.sha256(b"\n".join(parts)).hexdigest()
     root = Path(os.environ.get("TORCH_EXTENSIONS_DIR", "~/.cache/torch_extensions")).expanduser()
     folder = root / f"specrepro-{key[:16]}"
     folder.mkdir(parents=True, exist_ok=True)

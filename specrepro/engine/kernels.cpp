@@ -10,7 +10,8 @@
 //
 // llama_layer(...), where the CPU has AVX-512 BF16: a whole decoder layer on 4-bit weights as one op (below).
 //
-// q4_mm(x, packed, d, z), where the CPU has AVX-512 BF16: the 4-bit GEMM
+// q4_mm(x, packed, d, z, bulk), where the CPU has AVX-512 BF16: the 4-bit GEMM (bulk: a prompt's rows, on AMX's
+//   tiles where the CPU has them: kernels_amx.h)
 //
 //     y[M, N] (fp32) = x[M, K] (fp32 or bf16, rounded to bf16 as .to(torch.bfloat16) does) @ W^T,
 //     W[n, k] = d[n, b] * q[n, k] + z[n, b],   b = k / 32,   q in 0..15   (a GGUF Q4_1 block: d = scale, z = min).
@@ -30,8 +31,11 @@
 
 #include <ATen/Parallel.h>
 #include <immintrin.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <vector>
 
@@ -205,6 +209,33 @@ torch::Tensor attention(const torch::Tensor& q, const torch::Tensor& k, const to
 }
 
 #if defined(__AVX512BF16__) && defined(__AVX512BW__)
+// Step r of a tile's block (64 bytes of packed, see q4_mm) as bf16 integers 0..15 in VNNI order (input pairs
+// interleaved, as VDPBF16PS and TDPBF16PS read them): q00 and q01 the pairs 2r and 2r + 1 of outputs 0..15, q10 and
+// q11 of outputs 16..31.
+inline void nibbles(const uint8_t* wr, __m512i& q00, __m512i& q01, __m512i& q10, __m512i& q11) {
+  // bf16 of 0..15 (and 0 above), looked up by each 16-bit lane's nibble
+  const __m512i lut = _mm512_set_epi16(0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0x4170, 0x4160, 0x4150,
+                                       0x4140, 0x4130, 0x4120, 0x4110, 0x4100, 0x40E0, 0x40C0, 0x40A0, 0x4080,
+                                       0x4040, 0x4000, 0x3F80, 0x0000);
+  const __m512i nibble = _mm512_set1_epi16(0x0F);
+  const __m512i x0 = _mm512_cvtepu8_epi16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(wr)));
+  const __m512i x1 = _mm512_cvtepu8_epi16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(wr + 32)));
+  q00 = _mm512_permutexvar_epi16(_mm512_and_si512(x0, nibble), lut);
+  q01 = _mm512_permutexvar_epi16(_mm512_srli_epi16(x0, 4), lut);
+  q10 = _mm512_permutexvar_epi16(_mm512_and_si512(x1, nibble), lut);
+  q11 = _mm512_permutexvar_epi16(_mm512_srli_epi16(x1, 4), lut);
+}
+
+// Input pair j of a q8_mm tile (32 bytes of packed, see q8_tile) as bf16 integers in VNNI order: exact, |q| <= 128.
+inline __m512bh q8_pair(const int8_t* wj) {
+  const __m512 lo = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(wj))));
+  const __m512 hi =
+      _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(wj + 16))));
+  return _mm512_cvtne2ps_pbh(hi, lo);
+}
+
+#include "kernels_amx.h"  // (the same GEMMs on AMX's tiles, where the CPU has them)
+
 // MB rows of TT consecutive tiles. A row's sums run in one order whatever MB and TT are (so its result is the same
 // bit for bit whatever the rows beside it); TT = 2 for one or two rows gives the chain of VDPBF16PS a second,
 // independent one to overlap its latency with.
@@ -212,11 +243,6 @@ template <int MB, int TT>
 void tile(const uint16_t* A, const float* S, const uint8_t* W, const at::Half* D, const at::Half* Z, float* Y,
           int64_t K, int64_t N, int64_t t) {
   const int64_t KB = K / G;
-  // bf16 of 0..15 (and 0 above), looked up by each 16-bit lane's nibble
-  const __m512i lut = _mm512_set_epi16(0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0x4170, 0x4160, 0x4150,
-                                       0x4140, 0x4130, 0x4120, 0x4110, 0x4100, 0x40E0, 0x40C0, 0x40A0, 0x4080,
-                                       0x4040, 0x4000, 0x3F80, 0x0000);
-  const __m512i nibble = _mm512_set1_epi16(0x0F);
   __m512 acc[MB][TT][2];
   for (int m = 0; m < MB; ++m)
     for (int u = 0; u < TT; ++u) acc[m][u][0] = acc[m][u][1] = _mm512_setzero_ps();
@@ -230,12 +256,8 @@ void tile(const uint16_t* A, const float* S, const uint8_t* W, const at::Half* D
       for (int u = 0; u < TT; ++u) {
         const uint8_t* wr = W + ((t + u) * KB + b) * 512 + r * 64;
         _mm_prefetch(reinterpret_cast<const char*>(wr + PREFETCH), _MM_HINT_T0);  // (read once: stay ahead of it)
-        __m512i x0 = _mm512_cvtepu8_epi16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(wr)));
-        __m512i x1 = _mm512_cvtepu8_epi16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(wr + 32)));
-        __m512i q00 = _mm512_permutexvar_epi16(_mm512_and_si512(x0, nibble), lut);  // pair 2r, outputs 0..15
-        __m512i q01 = _mm512_permutexvar_epi16(_mm512_srli_epi16(x0, 4), lut);      // pair 2r+1
-        __m512i q10 = _mm512_permutexvar_epi16(_mm512_and_si512(x1, nibble), lut);  // outputs 16..31
-        __m512i q11 = _mm512_permutexvar_epi16(_mm512_srli_epi16(x1, 4), lut);
+        __m512i q00, q01, q10, q11;
+        nibbles(wr, q00, q01, q10, q11);
 #pragma GCC unroll 8
         for (int m = 0; m < MB; ++m) {
           const uint16_t* a = A + m * K + b * G + r * 4;
@@ -328,8 +350,10 @@ torch::Tensor output_for(const torch::Tensor& x, int64_t N) {  // [..., N] fp32
 }
 
 // x [..., K] (fp32 or bf16, contiguous) -> y [..., N] fp32
+// bulk: the rows are a prompt's (a prefill), which may run on AMX's tiles (kernels_amx.h) where the CPU has them:
+// their sums round differently from VDPBF16PS's, so the caller asks for it only for rows every method computes alike.
 torch::Tensor q4_mm(const torch::Tensor& x, const torch::Tensor& packed, const torch::Tensor& d,
-                    const torch::Tensor& z) {
+                    const torch::Tensor& z, bool bulk) {
   TORCH_CHECK(packed.dim() == 5 && packed.scalar_type() == torch::kUInt8 && packed.is_contiguous() &&
                   packed.size(2) == 8 && packed.size(3) == 2 && packed.size(4) == 32,
               "packed: [N/32, K/32, 8, 2, 32] uint8");
@@ -346,6 +370,14 @@ torch::Tensor q4_mm(const torch::Tensor& x, const torch::Tensor& packed, const t
   const at::Half* Dp = d.data_ptr<at::Half>();
   const at::Half* Zp = z.data_ptr<at::Half>();
   float* Yp = y.data_ptr<float>();
+#if defined(__AMX_TILE__) && defined(__AMX_BF16__)
+  if (bulk && amx()) {
+    amx_tiles(M, N / TILE_N, [&](int64_t m0, int64_t mb, int64_t t) {
+      q4_amx(rows.a.data() + m0 * K, rows.sums.data() + m0 * KB, Wp, Dp, Zp, Yp + m0 * N, mb, K, N, t);
+    });
+    return y;
+  }
+#endif
   at::parallel_for(0, N / TILE_N, 1, [&](int64_t t0, int64_t t1) {
     for (int64_t m0 = 0; m0 < M; m0 += PASS_M) {
       const int64_t mb = std::min<int64_t>(PASS_M, M - m0);
@@ -365,13 +397,33 @@ torch::Tensor q4_mm(const torch::Tensor& x, const torch::Tensor& packed, const t
 //   h = rms_norm(x, w_attn); [q, k, v] = h Wqkv; q and k rotated (x cos + roll(x, D/2) ssin); k and v written at
 //   their slots; x += attention(q, the cache's first S slots) Wo; h = rms_norm(x, w_mlp); [g, u] = h Wgu;
 //   x += (silu(g) u) Wdown.
+// q4_mm over rows of which those marked in bulk ([B, Q] bool, or none) are a prompt's (q4_mm's bulk path).
+torch::Tensor q4_rows(const torch::Tensor& x, const torch::Tensor& packed, const torch::Tensor& d,
+                      const torch::Tensor& z,
+                      const c10::optional<torch::Tensor>& bulk) {
+  if (!bulk.has_value()) return q4_mm(x, packed, d, z, false);
+  const auto marked = bulk->reshape(-1);
+  const int64_t n = marked.sum().item<int64_t>();
+  if (n == 0 || n == marked.numel()) return q4_mm(x, packed, d, z, n > 0);
+  const auto flat = x.reshape({-1, x.size(-1)});
+  const auto rows = marked.nonzero().squeeze(1), rest = marked.logical_not().nonzero().squeeze(1);
+  const auto a = q4_mm(flat.index_select(0, rows), packed, d, z, true);
+  auto y = torch::empty({flat.size(0), a.size(1)}, a.options());
+  y.index_copy_(0, rows, a);
+  y.index_copy_(0, rest, q4_mm(flat.index_select(0, rest), packed, d, z, false));
+  auto sizes = x.sizes().vec();
+  sizes.back() = a.size(1);
+  return y.view(sizes);
+}
+
 // x [B, Q, H] fp32; w: packed, d and z of wqkv, wo, w_gate_up and w_down (q4_mm's layout); cos and ssin [B, Q, D]
 // (ssin: sin with its first half negated); k and v: the layer's cache [B, Hkv, C, D] fp32, written in place; slots
-// [Q] int64; mask [B, 1, Q, S] additive. Returns the new x.
+// [Q] int64; mask [B, 1, Q, S] additive; bulk [B, Q] bool: the columns that are a prompt's (q4_rows), or none.
+// Returns the new x.
 torch::Tensor llama_layer(const torch::Tensor& x, const torch::Tensor& attn_norm, const torch::Tensor& mlp_norm,
                           double eps, at::TensorList w, const torch::Tensor& cos, const torch::Tensor& ssin,
                           const torch::Tensor& k, const torch::Tensor& v, const torch::Tensor& slots, int64_t S,
-                          const torch::Tensor& mask, int64_t n_heads) {
+                          const torch::Tensor& mask, int64_t n_heads, const c10::optional<torch::Tensor>& bulk) {
   TORCH_CHECK(w.size() == 12, "w: packed, d and z of wqkv, wo, w_gate_up and w_down");
   TORCH_CHECK(x.dim() == 3 && x.scalar_type() == torch::kFloat && x.is_contiguous(), "x: [B, Q, H] fp32");
   const int64_t B = x.size(0), Q = x.size(1), Hq = n_heads;
@@ -386,7 +438,7 @@ torch::Tensor llama_layer(const torch::Tensor& x, const torch::Tensor& attn_norm
   TORCH_CHECK(slots.scalar_type() == torch::kLong && slots.numel() == Q && slots.is_contiguous(), "slots: [Q] int64");
   TORCH_CHECK(mask.scalar_type() == torch::kFloat && mask.numel() == B * Q * S && mask.is_contiguous(),
               "mask: [B, 1, Q, S] fp32");
-  auto qkv = q4_mm(rms_norm(x, attn_norm, eps), w[0], w[1], w[2]);  // [B, Q, (Hq + 2Hkv) D]
+  auto qkv = q4_rows(rms_norm(x, attn_norm, eps), w[0], w[1], w[2], bulk);  // [B, Q, (Hq + 2Hkv) D]
   TORCH_CHECK(qkv.size(2) == width, "wqkv gives ", qkv.size(2), " outputs, the heads need ", width);
   float* P = qkv.data_ptr<float>();
   const float* cp = cos.data_ptr<float>();
@@ -413,11 +465,11 @@ torch::Tensor llama_layer(const torch::Tensor& x, const torch::Tensor& attn_norm
   auto att = torch::empty({B, Q, Hq * D}, x.options());
   attend_all(P, {Q * width, width, D}, Kc, Vc, mask.data_ptr<float>(), att.data_ptr<float>(), {B, Q, Hq, Hkv, C, S, D},
              1.0f / std::sqrt(static_cast<float>(D)));
-  auto y = q4_mm(att, w[3], w[4], w[5]);  // [B, Q, H]
+  auto y = q4_rows(att, w[3], w[4], w[5], bulk);  // [B, Q, H]
   float* X1 = y.data_ptr<float>();
   const float* X0 = x.data_ptr<float>();
   for (int64_t e = 0; e < x.numel(); ++e) X1[e] += X0[e];  // x + attention's output, in y's storage
-  auto gu = q4_mm(rms_norm(y, mlp_norm, eps), w[6], w[7], w[8]);  // [B, Q, 2I]
+  auto gu = q4_rows(rms_norm(y, mlp_norm, eps), w[6], w[7], w[8], bulk);  // [B, Q, 2I]
   const int64_t I = gu.size(2) / 2;
   auto act = torch::empty({B, Q, I}, x.options());
   float* G = gu.data_ptr<float>();
@@ -432,7 +484,7 @@ torch::Tensor llama_layer(const torch::Tensor& x, const torch::Tensor& attn_norm
       ar[e] = (gr[e] >= 0.f ? gr[e] / (1.f + t) : gr[e] * t / (1.f + t)) * ur[e];
     }
   }
-  auto out = q4_mm(act, w[9], w[10], w[11]);  // [B, Q, H]
+  auto out = q4_rows(act, w[9], w[10], w[11], bulk);  // [B, Q, H]
   float* O = out.data_ptr<float>();
   for (int64_t e = 0; e < out.numel(); ++e) O[e] += X1[e];
   return out;
@@ -460,11 +512,7 @@ void q8_tile(const uint16_t* A, const int8_t* W, const at::Half* D, float* Y, in
     _mm_prefetch(reinterpret_cast<const char*>(wb + 8 * G * 16 + 256), _MM_HINT_T0);
 #pragma GCC unroll 16
     for (int j = 0; j < G / 2; ++j) {
-      const int8_t* wj = wb + j * 32;
-      const __m512 lo = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(wj))));
-      const __m512 hi =
-          _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(wj + 16))));
-      const __m512bh w = _mm512_cvtne2ps_pbh(hi, lo);  // exact: |q| <= 128
+      const __m512bh w = q8_pair(wb + j * 32);
       for (int m = 0; m < MB; ++m) {
         const __m512i x = _mm512_set1_epi32(*reinterpret_cast<const int32_t*>(A + m * K + b * G + 2 * j));
         if (j % 2 == 0)
@@ -512,9 +560,9 @@ TORCH_LIBRARY(specrepro, m) {
   m.def("rms_norm(Tensor x, Tensor w, float eps) -> Tensor");
   m.def("attention(Tensor q, Tensor k, Tensor v, int S, Tensor mask, float scale) -> Tensor");
 #if defined(__AVX512BF16__) && defined(__AVX512BW__)
-  m.def("q4_mm(Tensor x, Tensor packed, Tensor d, Tensor z) -> Tensor");
+  m.def("q4_mm(Tensor x, Tensor packed, Tensor d, Tensor z, bool bulk=False) -> Tensor");
   m.def("llama_layer(Tensor x, Tensor attn_norm, Tensor mlp_norm, float eps, Tensor[] w, Tensor cos, Tensor ssin, "
-        "Tensor(a!) k, Tensor(b!) v, Tensor slots, int S, Tensor mask, int n_heads) -> Tensor");
+        "Tensor(a!) k, Tensor(b!) v, Tensor slots, int S, Tensor mask, int n_heads, Tensor? bulk=None) -> Tensor");
 #endif
 #if defined(__AVX512BF16__) && defined(__AVX512BW__)
   m.def("q8_mm(Tensor x, Tensor packed, Tensor d) -> Tensor");

@@ -60,6 +60,14 @@ class StaticKV:
         shape = (s.n_layers, batch, s.n_kv_heads, _round(capacity), s.head_dim)
         self.k = torch.zeros(shape, dtype=dtype, device=device)
         self.v = torch.zeros(shape, dtype=dtype, device=device)
+        # [B] long on the device, each row's prompt length: the columns at positions below it are a prefill's, which
+        # the 4-bit kernel may run in bulk (``LlamaStack.forward``); None: no column is (the caller did not say)
+        self.prompt: torch.Tensor | None = None
+
+    def set_prompt(self, lengths: list[int]) -> None:
+        """Each row's prompt length (see ``prompt``): every method of a run sets the same, so every method computes a
+        prompt's columns alike."""
+        self.prompt = torch.tensor(lengths, dtype=torch.long, device=self.k.device) if any(lengths) else None
 
     @property
     def capacity(self) -> int:
@@ -93,11 +101,13 @@ class StaticKV:
         here); it cannot grow: ``reserve`` this cache first."""
         view = StaticKV.__new__(StaticKV)
         view.batch, view.k, view.v, view.parent = 1, self.k[:, b:b + 1], self.v[:, b:b + 1], self
+        view.prompt = None if self.prompt is None else self.prompt[b:b + 1]
         return view
 
     def select(self, rows: torch.Tensor) -> None:
         """Keep the rows ``rows`` (finished rows of a batch leave)."""
         self.k, self.v = self.k[:, rows].contiguous(), self.v[:, rows].contiguous()
+        self.prompt = None if self.prompt is None else self.prompt[rows.to(self.prompt.device)]
         self.batch = int(rows.numel())
 
 
@@ -216,7 +226,10 @@ class Engine:
         SLOT_BLOCK) -> hidden [L+1, B, Q, H]; see ``LlamaStack``."""
         self._count(("stack", *x.shape[:2], mask.shape[-1], kv.capacity))
         with torch.inference_mode():  # (canonical strides: one graph per shape, whatever view the input came from)
-            return self._stack_fn(_canonical(x), _canonical(positions), slots, _canonical(mask), kv.k, kv.v)
+            args = (_canonical(x), _canonical(positions), slots, _canonical(mask), kv.k, kv.v)
+            if kv.prompt is not None and not self.compiled and self.stack.bulk_kernel:
+                return self._stack_fn(*args, bulk=positions < kv.prompt[:, None])  # [B, Q]: a prompt's columns
+            return self._stack_fn(*args)
 
     def logits(self, hidden: torch.Tensor) -> torch.Tensor:
         """hidden [B, R, H] final-norm rows -> logits [B, R, V'] (R padded to a bucket inside when compiled)."""

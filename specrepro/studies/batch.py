@@ -139,7 +139,7 @@ def time_prefill(model: torch.nn.Module, prompts: list[list[int]]) -> float:
     """Seconds of one batched forward over the B prompts in a fresh ``BatchCache``: the prefill a batched run pays
     in its first step (which also scores the first token, and for a speculative run its first draft)."""
     clock = Clock(model_device(model))
-    cache = BatchCache(model, len(prompts))
+    cache = BatchCache(model, len(prompts), [len(p) for p in prompts])  # (as the runs' caches: bulk prompts)
     t0 = clock.now()
     cache.score([list(p) for p in prompts])
     return clock.now() - t0

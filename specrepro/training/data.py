@@ -115,7 +115,7 @@ def _engine_generate(model: torch.nn.Module, prompts: list[list[int]], max_new: 
     column read), one forward a token for every row still writing; a row leaves the batch once it writes ``stop``.
     Sampled rows draw from one generator seeded from torch's global one (so ``torch.manual_seed`` fixes them)."""
     draws = torch.Generator().manual_seed(int(torch.randint(2 ** 62, (1,))))
-    cache, live = BatchCache(model, len(prompts)), list(range(len(prompts)))
+    cache, live = BatchCache(model, len(prompts), [len(p) for p in prompts]), list(range(len(prompts)))
     seqs = [list(p) for p in prompts]
     new: list[list[int]] = [[] for _ in prompts]
     tops: list[list[tuple[torch.Tensor, torch.Tensor]]] = [[] for _ in prompts]
