@@ -372,8 +372,8 @@ torch::Tensor q4_mm(const torch::Tensor& x, const torch::Tensor& packed, const t
   float* Yp = y.data_ptr<float>();
 #if defined(__AMX_TILE__) && defined(__AMX_BF16__)
   if (bulk && amx()) {
-    amx_tiles(M, N / TILE_N, [&](int64_t m0, int64_t mb, int64_t t) {
-      q4_amx(rows.a.data() + m0 * K, rows.sums.data() + m0 * KB, Wp, Dp, Zp, Yp + m0 * N, mb, K, N, t);
+    amx_tiles(N / TILE_N, KB * 32, [&](int64_t t, __m512i* bq) {
+      q4_amx(rows.a.data(), rows.sums.data(), Wp, Dp, Zp, Yp, M, K, N, t, bq);
     });
     return y;
   }

@@ -73,9 +73,9 @@ ZOO: dict[str, ZooEntry] = {
         description="a one-layer EAGLE draft on smollm2-135m-instruct's features (python -m specrepro.training.eagle)",
         package="specrepro",
         folder="zoo/smollm2-135m-eagle",
-        made_by=("python -m specrepro.training.eagle --out /root/.cache/specrepro/train/eagle-1536-2700 "
+        made_by=("python -m specrepro.training.eagle --out /root/.cache/specrepro/train/eagle-1536-fused-ttt "
                  "--data /root/.cache/specrepro/train/eagle-1536/data --gen-dtype bf16 --shards 12 --task-shards 12 "
-                 "--steps 2700 --threads 2",
+                 "--steps 2700 --features fused --ttt 1 --threads 2",
                  "python -m specrepro.training.eagle --out /root/.cache/specrepro/train/eagle-1536 --gen-dtype bf16 "
                  "--shards 12 --task-shards 12 --steps 900 --threads 2"),
     ),
