@@ -398,9 +398,7 @@ class _Run:
                 for row in rows or ():
                     written += self._append(handle, row, on_record)
         bar.close()
-        session.update(finished_utc=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), records_written=written,
-                       host_speed_end=host_speed())
-        self.save()
+        self._close_session(written)
 
     def _append(self, handle, row: dict, on_record: Callable[[dict], None] | None) -> int:
         """One record appended to records.jsonl, flushed and synced (an interrupted run keeps every finished line);
@@ -436,8 +434,12 @@ class _Run:
                     written += self._append(handle, row, on_record)
             run_cells(functools.partial(_prompt_cell, self), list(cells.values()), executor,
                       progress=f"bench {self.out.name} (prompts)" if progress else False, on_result=write)
+        self._close_session(written, executor=executor.describe())
+
+    def _close_session(self, written: int, **extra) -> None:
+        """This call's session's end in provenance.json: when it finished, what it wrote, the host's speed then."""
         self.session.update(finished_utc=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), records_written=written,
-                            executor=executor.describe(), host_speed_end=host_speed())
+                            **extra, host_speed_end=host_speed())
         self.save()
 
     def finish(self) -> BenchResult:
