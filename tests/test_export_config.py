@@ -34,6 +34,12 @@ def zoo_eagle() -> eagle.EagleConfig:
                                 "rank_probs": tuple(map(tuple, d["rank_probs"]))})
 
 
+def engine_eagle(engine: str) -> str:
+    """The engine's name for the zoo's EAGLE draft: EAGLE-3's where it reads fused layers (the shipped one does)."""
+    fused = len(zoo_eagle().feature_layers) > 1
+    return {"vllm": "eagle3" if fused else "eagle", "sglang": "EAGLE3" if fused else "EAGLE"}[engine]
+
+
 def exported(engine: str, label: str, **kw) -> ec.EngineConfig:
     base = label.split(":")[0]
     draft = kw.pop("draft", HUB_DRAFT if base == "speculative" else None)
@@ -111,7 +117,7 @@ def test_every_supported_method_exports_valid_settings(engine, label):
     out = exported(engine, label)
     check_with_engine(engine, out.settings)
     name = out.settings["method" if engine == "vllm" else "--speculative-algorithm"]
-    assert name == ec.SUPPORTED[engine][label]
+    assert name == (engine_eagle(engine) if label == "eagle" else ec.SUPPORTED[engine][label])
     d = out.to_dict()
     assert d["engine"] == engine and d["base_method"] == label and d["checked_against"] == ec.DOCUMENTED[engine].source
     assert d["target"] == "HuggingFaceTB/SmolLM2-135M-Instruct"  # the zoo target's hub id
@@ -161,24 +167,24 @@ def test_eagle_static_tree_is_vllms_speculative_token_tree():
     assert sorted(tree) == sorted(paths) and len(tree) == 12 == out.settings["num_speculative_tokens"]
     assert tree == sorted(tree, key=lambda p: (len(p), p))  # breadth-first, as vLLM sorts it
     assert all(len(p) == 1 or p[:-1] in tree for p in tree) and max(map(len, tree)) <= 3
-    assert out.settings["method"] == "eagle" and out.settings["model"] == "some/eagle-draft"
+    assert out.settings["method"] == engine_eagle("vllm") and out.settings["model"] == "some/eagle-draft"
 
 
 def test_eagle_chain_and_dynamic_on_vllm():
     assert exported("vllm", "eagle:shapechain:g5").settings == {
-        "method": "eagle", "model": "some/eagle-draft", "num_speculative_tokens": 5}
+        "method": engine_eagle("vllm"), "model": "some/eagle-draft", "num_speculative_tokens": 5}
     out = exported("vllm", "eagle:t6:g4")  # dynamic: vLLM has none, so the static tree of the same size
     assert out.settings["num_speculative_tokens"] == 6 and "speculative_token_tree" in out.settings
     assert any("static" in n for n in out.notes)
     one = exported("vllm", "eagle:t1")  # one node: a chain, vLLM's default tree
-    assert one.settings == {"method": "eagle", "model": "some/eagle-draft", "num_speculative_tokens": 1}
+    assert one.settings == {"method": engine_eagle("vllm"), "model": "some/eagle-draft", "num_speculative_tokens": 1}
     assert exported("vllm", "eagle:shapechain", eagle3=True).settings["method"] == "eagle3"
 
 
 def test_eagle_dynamic_tree_is_sglangs_eagle2():
     k = zoo_eagle().top_k
     assert exported("sglang", "eagle:t12:g5").settings == {
-        "--speculative-algorithm": "EAGLE", "--speculative-draft-model-path": "some/eagle-draft",
+        "--speculative-algorithm": engine_eagle("sglang"), "--speculative-draft-model-path": "some/eagle-draft",
         "--speculative-num-steps": 5, "--speculative-eagle-topk": k, "--speculative-num-draft-tokens": 13}
     # a tree of N nodes is at most N deep; k = 1 is the chain, with steps + 1 tokens
     assert exported("sglang", "eagle:t3:g5").settings["--speculative-num-steps"] == 3

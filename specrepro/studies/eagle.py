@@ -283,7 +283,9 @@ LEARNING_ANCHORS = (
     ("PPD", 0.485, "PPD paper (002) Table 3, 1 EPT, 12 epochs, Vicuna-7B"),
     ("EAGLE", 0.8, "about, EAGLE paper (Li et al. 2024; not a seed), 7B-13B"),
 )
-# The conversations each EAGLE ablation run's data held (its label in ablations.json's same_split starts with it).
+# The conversations each EAGLE ablation run's data held (its label in ablations.json's same_split starts with it):
+# the runs of the shipped recipe (final-norm features, no training-time test), whose points make the learning curve.
+# The feature ablations on the same data (fused features, with and without the training-time test) are Fig. 1's.
 EAGLE_DATA = {"last": 576, "eagle-1536": 1664, "eagle-1536-2700": 1664}
 
 
@@ -306,6 +308,8 @@ def learning_curve_rows(eagle_ablations: dict, medusa_record: dict, ppd_record: 
         if label == "held_out":
             continue
         name, steps = label.split(" ")[0], int(re.findall(r"([\d,]+) steps", label)[-1].replace(",", ""))
+        if name not in EAGLE_DATA:  # a feature ablation, not a point of the recipe's curve
+            continue
         rows += [_curve_row("EAGLE", name, EAGLE_DATA[name], steps, None, d + 1, a)
                  for d, a in enumerate(entry["accept_by_depth"][:depths])]
     acc = medusa_record["held_out_topk_accuracy"]

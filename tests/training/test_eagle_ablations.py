@@ -59,3 +59,19 @@ def test_a_missing_record_or_an_unknown_shipped_variant_is_refused(runs, tmp_pat
         eagle_ablations.gather([runs[0], tmp_path], shipped="last")
     with pytest.raises(ValueError, match=r"--shipped 'fused' is not one of the runs \(last, ttt\)"):
         eagle_ablations.gather(runs, shipped="fused")
+
+
+def test_merge_adds_a_later_variant_and_keeps_the_rest_of_the_file(runs, tmp_path):
+    out = tmp_path / "ablations.json"
+    first = {**eagle_ablations.gather(runs[:1], shipped="last"), "same_split": {"held_out": "kept"}}
+    out.write_text(json.dumps(first))
+    eagle_ablations.main(["--merge", "--runs", str(runs[1]), "--shipped", "last", "--out", str(out)])
+    merged = json.loads(out.read_text())
+    assert [v["name"] for v in merged["variants"]] == ["last", "ttt"] and merged["shipped"] == "last"
+    assert merged["same_split"] == {"held_out": "kept"} and merged["variants"][0] == first["variants"][0]
+    eagle_ablations.main(["--merge", "--runs", str(runs[1]), "--shipped", "ttt", "--out", str(out)])
+    assert [v["name"] for v in json.loads(out.read_text())["variants"]] == ["last", "ttt"]  # replaced, not doubled
+    with pytest.raises(ValueError, match="--merge adds to an existing ablation file"):
+        eagle_ablations.main(["--merge", "--runs", str(runs[1]), "--shipped", "ttt", "--out", str(tmp_path / "no")])
+    with pytest.raises(ValueError, match=r"--shipped 'x' is not one of the variants \(last, ttt\)"):
+        eagle_ablations.merge(first, [runs[1]], "x")
