@@ -5,7 +5,7 @@ import torch
 import torch.nn.functional as F
 
 from specrepro.engine import kernel
-from specrepro.engine.llama import Q4, Q8, Bulk, _scores_mask, attention, q4_pack, q8_pack
+from specrepro.engine.llama import Q4, Q8, _scores_mask, attention, q4_pack, q8_pack
 
 ops = pytest.mark.skipif(kernel.rms_norm() is None, reason=f"the kernels did not build: {kernel._state.get('why')}")
 gemms = pytest.mark.skipif(kernel.why_not() is not None, reason=f"no 4/8-bit kernel: {kernel.why_not()}")
@@ -63,16 +63,21 @@ def test_a_prompts_rows_in_bulk_are_within_rounding_and_alike_whatever_rows_besi
     w = on_q4_grid(96, 64, seed=2)
     packed = q4_pack(w)
     x = torch.randn(40, 64)
-    every, ordinary = packed.linear(x, bulk=Bulk(True)), packed.linear(x)
+    def marks(*shape, value=True):
+        return torch.full(shape, value, dtype=torch.bool)
+
+    every, ordinary = packed.linear(x, bulk=marks(40)), packed.linear(x)
     assert within_rounding(every, x, w)
     for m in (1, 5, 16, 17, 33):
-        assert torch.equal(packed.linear(x[:m], bulk=Bulk(True)), every[:m]), m
-    marked = torch.zeros(2, 20, dtype=torch.bool)
+        assert torch.equal(packed.linear(x[:m], bulk=marks(m)), every[:m]), m
+    marked = marks(2, 20, value=False)
     marked[0, :13] = marked[1, :7] = True  # two rows of a batch: each one's prompt columns first
-    mixed = packed.linear(x.view(2, 20, 64), bulk=Bulk.of(marked)).view(40, 96)
+    mixed = packed.linear(x.view(2, 20, 64), bulk=marked).view(40, 96)
     flat = marked.view(-1)
     assert torch.equal(mixed[flat], every[flat]) and torch.equal(mixed[~flat], ordinary[~flat])
-    assert Bulk.of(torch.zeros(2, 3, dtype=torch.bool)) is None and Bulk.of(torch.ones(1, 3, dtype=torch.bool)).every
+    assert torch.equal(packed.linear(x, bulk=marks(40, value=False)), ordinary)  # no row marked: the ordinary path
+    with pytest.raises(RuntimeError, match="one per row"):
+        packed.linear(x, bulk=marks(39))
     if not kernel.bulk_tiles():
         assert torch.equal(every, ordinary)
 

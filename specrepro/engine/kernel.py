@@ -55,7 +55,8 @@ def attention():
 
 
 def q4_mm():
-    """``q4_mm(x [..., K] fp32 or bf16, packed, d, z, bulk=False) -> [..., N] fp32`` (see kernels.cpp), or None."""
+    """``q4_mm(x [..., K] fp32 or bf16, packed, d, z, bulk=None) -> [..., N] fp32`` (see kernels.cpp; ``bulk``: bool,
+    x's leading shape, the rows that are a prompt's), or None."""
     return None if why_not() else _ops().q4_mm
 
 
@@ -75,7 +76,7 @@ AMX_CPU_FLAGS = ("amx_tile", "amx_bf16")
 
 
 def bulk_tiles() -> bool:
-    """Whether ``q4_mm(..., bulk=True)`` runs on AMX's tiles (``kernels_amx.h``): the kernel runs, the CPU has AMX-BF16
+    """Whether ``q4_mm``'s ``bulk`` rows run on AMX's tiles (``kernels_amx.h``): the kernel runs, the CPU has AMX-BF16
     and ``$SPECREPRO_KERNELS`` is "on". Elsewhere a bulk row is an ordinary one, and the engine does not mark any."""
     return choice() == "on" and all(f in cpu_flags() for f in AMX_CPU_FLAGS) and q4_mm() is not None
 

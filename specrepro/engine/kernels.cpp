@@ -350,10 +350,10 @@ torch::Tensor output_for(const torch::Tensor& x, int64_t N) {  // [..., N] fp32
 }
 
 // x [..., K] (fp32 or bf16, contiguous) -> y [..., N] fp32
-// bulk: the rows are a prompt's (a prefill), which may run on AMX's tiles (kernels_amx.h) where the CPU has them:
+// tiles: the rows are a prompt's (a prefill), which may run on AMX's tiles (kernels_amx.h) where the CPU has them:
 // their sums round differently from VDPBF16PS's, so the caller asks for it only for rows every method computes alike.
-torch::Tensor q4_mm(const torch::Tensor& x, const torch::Tensor& packed, const torch::Tensor& d,
-                    const torch::Tensor& z, bool bulk) {
+torch::Tensor q4_gemm(const torch::Tensor& x, const torch::Tensor& packed, const torch::Tensor& d,
+                      const torch::Tensor& z, bool tiles) {
   TORCH_CHECK(packed.dim() == 5 && packed.scalar_type() == torch::kUInt8 && packed.is_contiguous() &&
                   packed.size(2) == 8 && packed.size(3) == 2 && packed.size(4) == 32,
               "packed: [N/32, K/32, 8, 2, 32] uint8");
@@ -371,7 +371,7 @@ torch::Tensor q4_mm(const torch::Tensor& x, const torch::Tensor& packed, const t
   const at::Half* Zp = z.data_ptr<at::Half>();
   float* Yp = y.data_ptr<float>();
 #if defined(__AMX_TILE__) && defined(__AMX_BF16__)
-  if (bulk && amx()) {
+  if (tiles && amx()) {
     amx_tiles(N / TILE_N, KB * 32, [&](int64_t t, __m512i* bq) {
       q4_amx(rows.a.data(), rows.sums.data(), Wp, Dp, Zp, Yp, M, K, N, t, bq);
     });
@@ -397,20 +397,23 @@ torch::Tensor q4_mm(const torch::Tensor& x, const torch::Tensor& packed, const t
 //   h = rms_norm(x, w_attn); [q, k, v] = h Wqkv; q and k rotated (x cos + roll(x, D/2) ssin); k and v written at
 //   their slots; x += attention(q, the cache's first S slots) Wo; h = rms_norm(x, w_mlp); [g, u] = h Wgu;
 //   x += (silu(g) u) Wdown.
-// q4_mm over rows of which those marked in bulk ([B, Q] bool, or none) are a prompt's (q4_mm's bulk path).
-torch::Tensor q4_rows(const torch::Tensor& x, const torch::Tensor& packed, const torch::Tensor& d,
-                      const torch::Tensor& z,
-                      const c10::optional<torch::Tensor>& bulk) {
-  if (!bulk.has_value()) return q4_mm(x, packed, d, z, false);
+// q4_mm(x, packed, d, z, bulk): x [..., K] -> [..., N] fp32, where bulk (bool, x's leading shape, or none) marks the
+// rows that are a prompt's: those run on q4_gemm's tiles path, the others on VDPBF16PS, each row's result the same bit
+// for bit whatever rows are beside it.
+torch::Tensor q4_mm(const torch::Tensor& x, const torch::Tensor& packed, const torch::Tensor& d,
+                    const torch::Tensor& z, const c10::optional<torch::Tensor>& bulk) {
+  if (!bulk.has_value()) return q4_gemm(x, packed, d, z, false);
   const auto marked = bulk->reshape(-1);
+  TORCH_CHECK(marked.scalar_type() == torch::kBool && marked.numel() * x.size(-1) == x.numel(),
+              "bulk: bool, one per row of x");
   const int64_t n = marked.sum().item<int64_t>();
-  if (n == 0 || n == marked.numel()) return q4_mm(x, packed, d, z, n > 0);
+  if (n == 0 || n == marked.numel()) return q4_gemm(x, packed, d, z, n > 0);
   const auto flat = x.reshape({-1, x.size(-1)});
   const auto rows = marked.nonzero().squeeze(1), rest = marked.logical_not().nonzero().squeeze(1);
-  const auto a = q4_mm(flat.index_select(0, rows), packed, d, z, true);
+  const auto a = q4_gemm(flat.index_select(0, rows), packed, d, z, true);
   auto y = torch::empty({flat.size(0), a.size(1)}, a.options());
   y.index_copy_(0, rows, a);
-  y.index_copy_(0, rest, q4_mm(flat.index_select(0, rest), packed, d, z, false));
+  y.index_copy_(0, rest, q4_gemm(flat.index_select(0, rest), packed, d, z, false));
   auto sizes = x.sizes().vec();
   sizes.back() = a.size(1);
   return y.view(sizes);
@@ -418,7 +421,7 @@ torch::Tensor q4_rows(const torch::Tensor& x, const torch::Tensor& packed, const
 
 // x [B, Q, H] fp32; w: packed, d and z of wqkv, wo, w_gate_up and w_down (q4_mm's layout); cos and ssin [B, Q, D]
 // (ssin: sin with its first half negated); k and v: the layer's cache [B, Hkv, C, D] fp32, written in place; slots
-// [Q] int64; mask [B, 1, Q, S] additive; bulk [B, Q] bool: the columns that are a prompt's (q4_rows), or none.
+// [Q] int64; mask [B, 1, Q, S] additive; bulk [B, Q] bool: the columns that are a prompt's (q4_mm), or none.
 // Returns the new x.
 torch::Tensor llama_layer(const torch::Tensor& x, const torch::Tensor& attn_norm, const torch::Tensor& mlp_norm,
                           double eps, at::TensorList w, const torch::Tensor& cos, const torch::Tensor& ssin,
@@ -438,7 +441,7 @@ torch::Tensor llama_layer(const torch::Tensor& x, const torch::Tensor& attn_norm
   TORCH_CHECK(slots.scalar_type() == torch::kLong && slots.numel() == Q && slots.is_contiguous(), "slots: [Q] int64");
   TORCH_CHECK(mask.scalar_type() == torch::kFloat && mask.numel() == B * Q * S && mask.is_contiguous(),
               "mask: [B, 1, Q, S] fp32");
-  auto qkv = q4_rows(rms_norm(x, attn_norm, eps), w[0], w[1], w[2], bulk);  // [B, Q, (Hq + 2Hkv) D]
+  auto qkv = q4_mm(rms_norm(x, attn_norm, eps), w[0], w[1], w[2], bulk);  // [B, Q, (Hq + 2Hkv) D]
   TORCH_CHECK(qkv.size(2) == width, "wqkv gives ", qkv.size(2), " outputs, the heads need ", width);
   float* P = qkv.data_ptr<float>();
   const float* cp = cos.data_ptr<float>();
@@ -465,11 +468,11 @@ torch::Tensor llama_layer(const torch::Tensor& x, const torch::Tensor& attn_norm
   auto att = torch::empty({B, Q, Hq * D}, x.options());
   attend_all(P, {Q * width, width, D}, Kc, Vc, mask.data_ptr<float>(), att.data_ptr<float>(), {B, Q, Hq, Hkv, C, S, D},
              1.0f / std::sqrt(static_cast<float>(D)));
-  auto y = q4_rows(att, w[3], w[4], w[5], bulk);  // [B, Q, H]
+  auto y = q4_mm(att, w[3], w[4], w[5], bulk);  // [B, Q, H]
   float* X1 = y.data_ptr<float>();
   const float* X0 = x.data_ptr<float>();
   for (int64_t e = 0; e < x.numel(); ++e) X1[e] += X0[e];  // x + attention's output, in y's storage
-  auto gu = q4_rows(rms_norm(y, mlp_norm, eps), w[6], w[7], w[8], bulk);  // [B, Q, 2I]
+  auto gu = q4_mm(rms_norm(y, mlp_norm, eps), w[6], w[7], w[8], bulk);  // [B, Q, 2I]
   const int64_t I = gu.size(2) / 2;
   auto act = torch::empty({B, Q, I}, x.options());
   float* G = gu.data_ptr<float>();
@@ -484,7 +487,7 @@ torch::Tensor llama_layer(const torch::Tensor& x, const torch::Tensor& attn_norm
       ar[e] = (gr[e] >= 0.f ? gr[e] / (1.f + t) : gr[e] * t / (1.f + t)) * ur[e];
     }
   }
-  auto out = q4_rows(act, w[9], w[10], w[11], bulk);  // [B, Q, H]
+  auto out = q4_mm(act, w[9], w[10], w[11], bulk);  // [B, Q, H]
   float* O = out.data_ptr<float>();
   for (int64_t e = 0; e < out.numel(); ++e) O[e] += X1[e];
   return out;
@@ -560,7 +563,7 @@ TORCH_LIBRARY(specrepro, m) {
   m.def("rms_norm(Tensor x, Tensor w, float eps) -> Tensor");
   m.def("attention(Tensor q, Tensor k, Tensor v, int S, Tensor mask, float scale) -> Tensor");
 #if defined(__AVX512BF16__) && defined(__AVX512BW__)
-  m.def("q4_mm(Tensor x, Tensor packed, Tensor d, Tensor z, bool bulk=False) -> Tensor");
+  m.def("q4_mm(Tensor x, Tensor packed, Tensor d, Tensor z, Tensor? bulk=None) -> Tensor");
   m.def("llama_layer(Tensor x, Tensor attn_norm, Tensor mlp_norm, float eps, Tensor[] w, Tensor cos, Tensor ssin, "
         "Tensor(a!) k, Tensor(b!) v, Tensor slots, int S, Tensor mask, int n_heads, Tensor? bulk=None) -> Tensor");
 #endif

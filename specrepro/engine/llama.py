@@ -84,31 +84,8 @@ def prepack(weight: torch.Tensor) -> torch.Tensor:
     return torch.ops.mkldnn._reorder_linear_weight(weight.detach(), 1)
 
 
-@dataclass(frozen=True)
-class Bulk:
-    """Which rows of a forward's B·Q are a prompt's, for the 4-bit kernel's bulk path (``Q4.linear``): every row, or
-    the two sets of row indices."""
-
-    every: bool
-    rows: torch.Tensor | None = None  # [R] long: the prompt's rows (when not every row is one)
-    rest: torch.Tensor | None = None  # [B·Q − R] long: the others
-
-    @staticmethod
-    def of(mask: torch.Tensor | None) -> "Bulk | None":
-        """From a boolean [B, Q] (a prompt's columns); None when no column is one."""
-        if mask is None:
-            return None
-        flat = mask.reshape(-1)
-        count = int(flat.sum())
-        if count == 0:
-            return None
-        if count == flat.numel():
-            return Bulk(True)
-        return Bulk(False, flat.nonzero().squeeze(1), (~flat).nonzero().squeeze(1))
-
-
 def packed_linear(x: torch.Tensor, packed: "torch.Tensor | Q4 | Q8", bias: torch.Tensor | None = None,
-                  bulk: Bulk | None = None) -> torch.Tensor:
+                  bulk: torch.Tensor | None = None) -> torch.Tensor:
     """``F.linear`` with a ``prepack``ed weight (bit for bit the same in bf16; ``x`` is cast to it), or with a ``Q4``
     one (whose kernel takes and gives what ``Q4.linear`` says; ``bulk``: which rows are a prompt's)."""
     if isinstance(packed, Q4):
@@ -165,12 +142,14 @@ class Q4:
     def kernel(self) -> str:
         return "torch" if self.zeros is None else "specrepro"
 
-    def linear(self, x: torch.Tensor, bias: torch.Tensor | None = None, bulk: Bulk | None = None) -> torch.Tensor:
-        """x [..., K] -> [..., N]: fp32 from the engine's kernel, the scales' dtype (bf16) from torch's. ``bulk``: the
-        rows that are a prompt's, which the engine's kernel runs on AMX's tiles where the CPU has them
-        (``kernel.bulk_tiles``; their sums round otherwise than the other rows', the same for every method)."""
+    def linear(self, x: torch.Tensor, bias: torch.Tensor | None = None,
+               bulk: torch.Tensor | None = None) -> torch.Tensor:
+        """x [..., K] -> [..., N]: fp32 from the engine's kernel, the scales' dtype (bf16) from torch's. ``bulk``
+        (bool, x's leading shape, or None: no row): the rows that are a prompt's, which the engine's kernel runs on
+        AMX's tiles where the CPU has them (``kernel.bulk_tiles``; their sums round otherwise than the other rows',
+        the same for every method); torch's kernel runs them as any other row."""
         if self.zeros is not None:
-            y = self._ours(x.contiguous(), bulk)
+            y = torch.ops.specrepro.q4_mm(x.contiguous(), self.packed, self.scales, self.zeros, bulk)
             return y if bias is None else y + bias
         rows = x.reshape(-1, x.shape[-1])  # [B·Q, K]
         if len(rows) in Q4_SPLIT:  # (each row's output is the same bit for bit, whatever the rows beside it)
@@ -183,16 +162,6 @@ class Q4:
 
     def _mm(self, rows: torch.Tensor) -> torch.Tensor:
         return torch.ops.aten._weight_int4pack_mm_for_cpu(rows, self.packed, BLOCK, self.scales)
-
-    def _ours(self, x: torch.Tensor, bulk: Bulk | None) -> torch.Tensor:
-        op = torch.ops.specrepro.q4_mm
-        if bulk is None or bulk.every:
-            return op(x, self.packed, self.scales, self.zeros, bulk is not None)
-        rows = x.reshape(-1, x.shape[-1])  # [B·Q, K]
-        y = rows.new_empty(len(rows), self.out_features, dtype=torch.float32)
-        y[bulk.rows] = op(rows[bulk.rows], self.packed, self.scales, self.zeros, True)
-        y[bulk.rest] = op(rows[bulk.rest], self.packed, self.scales, self.zeros, False)
-        return y.view(*x.shape[:-1], self.out_features)
 
 
 def _blocks(weight: torch.Tensor) -> torch.Tensor | None:
@@ -327,6 +296,7 @@ class LlamaStack(torch.nn.Module):
         self.norm = None  # final norm weight [H]
         self.packed: dict[str, list[torch.Tensor | Q4]] | None = None  # prepacked weights (``prepack``)
         self.four_bit = False  # whether ``prepack`` holds the weights that lie on a 4-bit grid as 4-bit integers
+        self.bulk_kernel = False  # whether a prompt's columns may run on the 4-bit kernel's bulk path (``prepack``)
         self.layer_weights: list[list[torch.Tensor]] | None = None  # for ``kernel.llama_layer`` (``prepack``)
         self.sources: list[torch.Tensor] = []  # the model's projection Parameters the fused weights view
 
@@ -376,6 +346,8 @@ class LlamaStack(torch.nn.Module):
                        for name in PACKED}
         self.layer_weights = self._layer_weights()
         self._packed_versions = self._versions()
+        from .kernel import bulk_tiles  # (the weights are held 4-bit and the CPU has AMX-BF16: ``forward``'s bulk)
+        self.bulk_kernel = four_bit and bulk_tiles()
         return True
 
     @property
@@ -427,7 +399,7 @@ class LlamaStack(torch.nn.Module):
         return [[t for w in ws for t in (w.packed, w.scales, w.zeros)] for ws in layers]
 
     def _linear(self, x: torch.Tensor, name: str, i: int, bias: torch.Tensor | None = None,
-                bulk: Bulk | None = None) -> torch.Tensor:
+                bulk: torch.Tensor | None = None) -> torch.Tensor:
         """x (any float dtype) through weight ``name`` of layer i: the input is cast to the weight's dtype, except
         for the engine's 4-bit kernel, which takes and gives fp32 (``Q4``; ``bulk``: which rows are a prompt's)."""
         if self.packed is None:
@@ -435,17 +407,10 @@ class LlamaStack(torch.nn.Module):
             return F.linear(x.to(weight.dtype), weight, bias)
         return packed_linear(x, self.packed[name][i], bias, bulk)
 
-    @property
-    def bulk_kernel(self) -> bool:
-        """Whether a prompt's columns may run on the 4-bit kernel's bulk path (``kernel.bulk_tiles``): the weights
-        are held 4-bit and the CPU has AMX-BF16. (``forward``'s ``bulk`` is then worth computing.)"""
-        from .kernel import bulk_tiles
-        return self.packed is not None and self.four_bit and bulk_tiles()
-
     def forward(self, x: torch.Tensor, positions: torch.Tensor, slots: torch.Tensor, mask: torch.Tensor,
                 k: torch.Tensor, v: torch.Tensor, bulk: torch.Tensor | None = None) -> torch.Tensor:
-        """``bulk`` [B, Q] bool: the columns that are a prompt's, which the 4-bit kernel may run on AMX (``Q4.linear``;
-        the whole-layer op of the fp32 path ignores it)."""
+        """``bulk`` [B, Q] bool: the columns that are a prompt's, which the 4-bit kernel may run on AMX (``Q4.linear``),
+        or None where none is (the caller's test, once a forward: every projection reads it as it is)."""
         s = self.shape
         if self.packed is not None and self._versions() != self._packed_versions:
             self.prepack(self.four_bit)  # the weights were trained in place since they were packed
@@ -459,12 +424,12 @@ class LlamaStack(torch.nn.Module):
         attn_norm, mlp_norm, norm = self._norms(work)
         rms = _rms_norm_for(x)
         layer = self._one_op_layer(x, k)
-        rows = Bulk.of(bulk)
+        bulk = None if bulk is None else bulk.contiguous()
         if layer is not None:  # each layer as one op of the engine's (kernels.cpp), on its 4-bit weights
             cos, sin, mask, states = cos.contiguous(), sin.contiguous(), mask.contiguous(), [x]
             for i in range(s.n_layers):
                 x = layer(x, attn_norm[i], mlp_norm[i], s.eps, self.layer_weights[i], cos, sin, k[i], v[i], slots,
-                          attended, mask, s.n_heads, None if rows is None else bulk.contiguous())
+                          attended, mask, s.n_heads, bulk)
                 states.append(x)
             states[-1] = rms(x, norm, s.eps)
             return torch.stack(states).to(dtype)  # [L+1, B, Q, H]
@@ -475,7 +440,7 @@ class LlamaStack(torch.nn.Module):
         for i in range(s.n_layers):
             h = rms(x, attn_norm[i], s.eps)
             bias = self.bqkv[i] if len(self.bqkv) else None
-            qkv = self._linear(h, "wqkv", i, bias, rows).to(work)  # [B, Q, (Hq+2Hkv)·D]
+            qkv = self._linear(h, "wqkv", i, bias, bulk).to(work)  # [B, Q, (Hq+2Hkv)·D]
             if s.qk_norm:
                 q, key, val = qkv.split([s.q_width, s.kv_width, s.kv_width], dim=-1)
                 q = rms_norm(q.view(b, q_len, s.n_heads, s.head_dim), self.q_norm[i], s.eps)
@@ -491,10 +456,10 @@ class LlamaStack(torch.nn.Module):
                 att = fused(qk[:, :s.n_heads], k[i], v[i], attended, mask, s.head_dim ** -0.5)
             else:
                 att = attention(qk[:, :s.n_heads], k[i, :, :, :attended], v[i, :, :, :attended], scores)
-            x = x + self._linear(att, "wo", i, bulk=rows)
+            x = x + self._linear(att, "wo", i, bulk=bulk)
             h = rms(x, mlp_norm[i], s.eps)
-            gate, up = self._linear(h, "w_gate_up", i, bulk=rows).chunk(2, dim=-1)  # [B, Q, I] each
-            x = x + self._linear(F.silu(gate) * up, "w_down", i, bulk=rows)
+            gate, up = self._linear(h, "w_gate_up", i, bulk=bulk).chunk(2, dim=-1)  # [B, Q, I] each
+            x = x + self._linear(F.silu(gate) * up, "w_down", i, bulk=bulk)
             states.append(x)
         states[-1] = rms(x, norm, s.eps)
         return torch.stack(states).to(dtype)  # [L+1, B, Q, H]

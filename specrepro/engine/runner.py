@@ -227,9 +227,16 @@ class Engine:
         self._count(("stack", *x.shape[:2], mask.shape[-1], kv.capacity))
         with torch.inference_mode():  # (canonical strides: one graph per shape, whatever view the input came from)
             args = (_canonical(x), _canonical(positions), slots, _canonical(mask), kv.k, kv.v)
-            if kv.prompt is not None and not self.compiled and self.stack.bulk_kernel:
-                return self._stack_fn(*args, bulk=positions < kv.prompt[:, None])  # [B, Q]: a prompt's columns
-            return self._stack_fn(*args)
+            bulk = self._bulk(positions, kv)
+            return self._stack_fn(*args) if bulk is None else self._stack_fn(*args, bulk=bulk)
+
+    def _bulk(self, positions: torch.Tensor, kv: StaticKV) -> torch.Tensor | None:
+        """[B, Q] bool: the columns that are a prompt's (``StaticKV.prompt``), which the 4-bit kernel runs in bulk
+        (``LlamaStack.bulk_kernel``, eager only); None where none is (every step after the prefill)."""
+        if kv.prompt is None or self.compiled or not self.stack.bulk_kernel:
+            return None
+        bulk = positions < kv.prompt[:, None]
+        return bulk if bool(bulk.any()) else None
 
     def logits(self, hidden: torch.Tensor) -> torch.Tensor:
         """hidden [B, R, H] final-norm rows -> logits [B, R, V'] (R padded to a bucket inside when compiled)."""
