@@ -45,28 +45,36 @@ def _data(record: dict) -> str | None:
             f"{data.get('val_conversations')} of them")
 
 
-def gather(runs: list[Path], shipped: str) -> dict:
-    """{"variants": [...], "shipped": name}: one entry per run folder, named after the folder."""
+def read_runs(runs: list[Path]) -> list[dict]:
+    """One variant per run folder, named after the folder."""
     variants = []
     for run in runs:
         path = Path(run) / "training_record.json"
         if not path.is_file():
             raise ValueError(f"{run} holds no training_record.json (train it with python -m specrepro.training.eagle)")
         variants.append(variant(Path(run).name, json.loads(path.read_text())))
+    return variants
+
+
+def shipping(variants: list[dict], shipped: str) -> str:
+    """``shipped``, once it names one of ``variants`` (else one clear error)."""
     names = [v["name"] for v in variants]
     if shipped not in names:
-        raise ValueError(f"--shipped {shipped!r} is not one of the runs ({', '.join(names)})")
-    return {"variants": variants, "shipped": shipped}
+        raise ValueError(f"--shipped {shipped!r} is not one of the variants ({', '.join(names)})")
+    return shipped
+
+
+def gather(runs: list[Path], shipped: str) -> dict:
+    """{"variants": [...], "shipped": name}: one entry per run folder, named after the folder."""
+    variants = read_runs(runs)
+    return {"variants": variants, "shipped": shipping(variants, shipped)}
 
 
 def merge(existing: dict, runs: list[Path], shipped: str) -> dict:
     """``existing`` (an ablation file's content) with the runs' variants added, each replacing one of its name."""
-    added = {v["name"]: v for v in gather(runs, Path(runs[0]).name)["variants"]}
+    added = {v["name"]: v for v in read_runs(runs)}
     variants = [v for v in existing.get("variants", []) if v["name"] not in added] + list(added.values())
-    names = [v["name"] for v in variants]
-    if shipped not in names:
-        raise ValueError(f"--shipped {shipped!r} is not one of the variants ({', '.join(names)})")
-    return {**existing, "variants": variants, "shipped": shipped}
+    return {**existing, "variants": variants, "shipped": shipping(variants, shipped)}
 
 
 def main(argv: list[str] | None = None) -> None:

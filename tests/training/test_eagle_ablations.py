@@ -57,7 +57,7 @@ def test_the_command_line_writes_the_gathered_file(runs, tmp_path):
 def test_a_missing_record_or_an_unknown_shipped_variant_is_refused(runs, tmp_path):
     with pytest.raises(ValueError, match="holds no training_record.json"):
         eagle_ablations.gather([runs[0], tmp_path], shipped="last")
-    with pytest.raises(ValueError, match=r"--shipped 'fused' is not one of the runs \(last, ttt\)"):
+    with pytest.raises(ValueError, match=r"--shipped 'fused' is not one of the variants \(last, ttt\)"):
         eagle_ablations.gather(runs, shipped="fused")
 
 
