@@ -240,3 +240,13 @@ def test_lm_head_is_the_engines_where_the_model_runs_on_one():
     assert isinstance(head, EngineHead) and head.weight.dtype == torch.float32
     torch.testing.assert_close(head(x), model.get_output_embeddings()(x))
     assert head(x[0, 0]).shape == (64,)
+
+
+def test_the_exact_dtype_is_bf16_only_on_a_cpu_where_the_engines_kernels_run(monkeypatch):
+    """``exact_dtype``: the dtype in which the notebooks' lossless methods write AR's tokens at T = 0."""
+    from specrepro.engine import kernel, models
+    monkeypatch.setattr(kernel, "why_not", lambda: None)
+    assert models.exact_dtype("cpu") == "bf16"
+    assert models.exact_dtype("cuda") == "fp32"  # a GPU's bf16 rounds a multi-token forward unlike a one-token one
+    monkeypatch.setattr(kernel, "why_not", lambda: "this CPU lacks avx512_bf16")
+    assert models.exact_dtype("cpu") == "fp32"

@@ -38,6 +38,9 @@ VERDICTS = (REPRODUCED, NOT_REPRODUCED, UNDECIDED, NOISY, NOT_COMPARABLE, NO_RES
 FROM_NOTEBOOK = {HOLDS: REPRODUCED, FAILS: NOT_REPRODUCED, NOTEBOOK_UNDECIDED: UNDECIDED, NOISY: NOISY}
 
 FP32_NO_INTERVAL = "fp32 measurement with fixed seeds; the CSV carries no interval or count"
+# A notebook that measures in ``specrepro.engine.models.exact_dtype()``: bf16 on a CPU where the engine's 4-bit kernels
+# run (whose near-tied argmaxes differ between CPUs), fp32 elsewhere; either way the number depends on the machine.
+EXACT_DTYPE = "measured in the machine's exact dtype (bf16 on the engine's kernels, else fp32) with fixed seeds"
 
 
 # --- 1. Reading a run's CSVs -------------------------------------------------------------------------------------

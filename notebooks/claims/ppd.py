@@ -13,8 +13,9 @@ from dataclasses import dataclass
 
 from specrepro.metrics.verdict import MIN_PROMPTS
 
-from .base import (FP32_NO_INTERVAL, NOT_REPRODUCED, UNDECIDED, Artifact, Exact, MachineSpecific, Outcome, Quote,
-                   Tables, Unreadable, claim, judged, judged_by_interval, largest, num, pick, starting)
+from .base import (EXACT_DTYPE, FP32_NO_INTERVAL, NOT_REPRODUCED, UNDECIDED, Artifact, Exact, MachineSpecific,
+                   Outcome, Quote, Tables, Unreadable, claim, first_row, judged, judged_by_interval, largest, num, pick,
+                   starting)
 
 DOCUMENT = "PPD (002)"  # the catalogue's label
 SEED = "002_8fd6c99e0d766e03.txt"  # under shared/seeds/
@@ -62,6 +63,8 @@ PPD_MEDUSA_T1 = "medusa_trees/ppd_table1_medusa_rows.csv"
 PPD_T1_THEORY = "theory_ppd/ppd_table1_tree_shape.csv"
 PPD_FIG8A = f"{PPD_DIR}/ppd_fig8a_accept_length.csv"
 PPD_MEDUSA_FIG8A = "medusa_trees/ppd_fig8a_medusa_accept_length_vs_tree_size.csv"
+FIG8A_TAU = MachineSpecific(EXACT_DTYPE, first_row("tau_dynamic", "τ of the dynamic tree, smallest size"))
+MEDUSA_FIG8A_TAU = MachineSpecific(EXACT_DTYPE, first_row("tau_sparse", "τ of the sparse tree, smallest size"))
 
 
 @claim(DOCUMENT, "Table 1 throughput, accept length, forward latency, quality, trainable parameters, input length",
@@ -69,8 +72,8 @@ PPD_MEDUSA_FIG8A = "medusa_trees/ppd_fig8a_medusa_accept_length_vs_tree_size.csv
            "PPD τ", num(starting(rows, "method", "PPD")[0], "tau")))),
         Artifact(PPD_MEDUSA_T1, MachineSpecific("speed and bf16", lambda rows: (
             "Medusa τ", num(starting(rows, "method", "Medusa")[0], "tau")))),
-        Artifact(PPD_T1_THEORY, Exact()), Artifact(PPD_FIG8A, Exact(FP32_NO_INTERVAL)),
-        Artifact(PPD_MEDUSA_FIG8A, Exact(FP32_NO_INTERVAL))),
+        Artifact(PPD_T1_THEORY, Exact()), Artifact(PPD_FIG8A, FIG8A_TAU),
+        Artifact(PPD_MEDUSA_FIG8A, MEDUSA_FIG8A_TAU)),
        "", Quote(SEED, "V-7B Vanilla 39.2 1.00 0.026 5.99 NA NA 1"),
        "PPD's accept length τ above Medusa's at every tree size both were measured at (Fig. 8(a) runs), and PPD's "
        "throughput above Medusa's and plain decoding's in Table 1's rows (quality: not measured, no MT-Bench judge)")
@@ -191,7 +194,7 @@ PPD_FIG8_BEST = "theory_ppd/ppd_fig8b_best_tree_size.csv"
 
 
 @claim(DOCUMENT, "Fig. 8 dynamic vs static vs random tree, theoretical and real speedup vs tree size",
-       (Artifact(PPD_FIG8A, Exact(FP32_NO_INTERVAL)),
+       (Artifact(PPD_FIG8A, FIG8A_TAU),
         Artifact(PPD_FIG8B, MachineSpecific("speed", largest("speedup_theory_tau", "tree_size"))),
         Artifact(PPD_FIG8C, MachineSpecific("speed", largest("measured_speedup", "tree_size"))),
         Artifact(PPD_FIG8_THEORY, Exact()), Artifact(PPD_FIG8_BEST, Exact())),

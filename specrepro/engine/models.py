@@ -26,6 +26,7 @@ from . import ENGINES
 from . import attach
 from . import default_engine
 from . import engine_of
+from . import kernel
 
 PACKAGE = Path(__file__).resolve().parents[1]  # specrepro/, whose zoo/ ships draft weights
 
@@ -134,6 +135,14 @@ def resolve_device(device: str | torch.device | None) -> torch.device:
 def default_dtype(device: torch.device) -> torch.dtype:
     # bf16 on CPU: ~1.5x faster than fp32 for this memory-bound decode; bf16 on GPUs that have it, fp16 on the rest.
     return torch.bfloat16 if native_bf16(device) else torch.float16
+
+
+def exact_dtype(device: str | torch.device | None = None) -> str:
+    """The dtype in which a study's lossless methods write AR's tokens at T = 0 on ``device`` (None: where
+    ``load_model`` puts a model): bf16 on a CPU where the engine's own 4-bit kernels run (a row's logits are then the
+    same bit for bit whatever rows share its forward, and it is the engine's default), else fp32 (elsewhere, a GPU
+    included, bf16 rounds a multi-token forward unlike a one-token one)."""
+    return "bf16" if resolve_device(device).type == "cpu" and kernel.why_not() is None else "fp32"
 
 
 DTYPES = {"bf16": torch.bfloat16, "bfloat16": torch.bfloat16, "fp16": torch.float16,

@@ -37,7 +37,6 @@ from simulations.speculative import expected_speedup, expected_tokens
 
 from ..core.batch_cache import BatchCache
 from ..core.config import DecodeConfig, SamplingConfig
-from ..engine import kernel
 from ..core.decoding import Clock, model_device
 from ..run.generate import generate_batch
 from ..metrics.batching import BatchingResult, measure_batching
@@ -69,13 +68,6 @@ AR = "ar"
 METHODS = ("prompt-lookup", "speculative")  # the registry's names; "speculative" drafts with the zoo draft model
 
 
-def engine_dtype() -> str:
-    """The study's dtype on this machine: bf16 where the engine's own 4-bit kernels run (a row's logits are then the
-    same bit for bit whatever rows share its forward, so every lossless method writes batched AR's tokens at T = 0,
-    and it is the engine's default), else fp32."""
-    return "fp32" if kernel.why_not() else "bf16"
-
-
 @dataclass(frozen=True)
 class BatchStudyConfig:
     """One batch-size study: what is decoded, at which B and γ, and how the costs are timed."""
@@ -87,7 +79,7 @@ class BatchStudyConfig:
     gammas: tuple[int, ...]  # γ values
     rows: int  # prompt rows per cell: the suite's prompts cycled to this many, the same rows at every B
     max_new_tokens: int  # tokens every row writes (no stop at EOS)
-    dtype: str = "fp32"  # the target's and draft's dtype (the notebook runs ``engine_dtype()``)
+    dtype: str = "fp32"  # the target's and draft's dtype (the notebook runs ``models.exact_dtype()``)
     seed: int = 0  # every row's seed (T = 0 draws nothing, but the record keeps it)
     methods: tuple[str, ...] = METHODS  # speculative methods run beside batched AR in every cell
     prompt_tokens: int | None = None  # keep each prompt's last this many tokens (a smoke run's short prefill); None: all
