@@ -359,7 +359,7 @@ GUIDE = """\
   ask whether the claim's direction holds, within the interval where the CSV carries one. A row whose criterion
   says "decided by" takes its verdict from those claims in `VERDICTS.md` (holds → reproduced, fails → not
   reproduced), the one place they are decided. *Undecided, n too small*: the measurement cannot tell (its interval
-  straddles the criterion, fewer than 5 prompts, too few sizes, or no interval at all). *Noisy, timed under
+  straddles the criterion, fewer than 8 prompts, too few sizes, or no interval at all). *Noisy, timed under
   load*: a speed row whose timings were taken while other processes kept at least half a core busy on average
   (each artifact records the load its notebook ran under); it decides nothing. *Not comparable*: the
   document prints nothing to compare, or describes other data. *No result*: this run did not write a CSV the row

@@ -16,7 +16,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "notebooks"))
 import claims  # noqa: E402
-from specrepro.metrics.verdict import combine  # noqa: E402
+from specrepro.metrics.verdict import MIN_PROMPTS, combine  # noqa: E402
 import reproduction as rp  # noqa: E402
 from claims import mentored_blog, mjsd, ppd, slides, survey_blog  # noqa: E402
 
@@ -314,7 +314,7 @@ def test_an_undecided_claim_is_undecided_in_the_report_with_the_notebooks_rule(t
 def test_verdicts_md_shows_each_rule_and_the_row_it_decides(tmp_path):
     run = copy_csvs(FIGURES, tmp_path / "run")
     text = rp.write_verdicts(run).read_text()
-    assert "| rule |" in text and "fewer than 5 prompts" in text
+    assert "| rule |" in text and f"fewer than {MIN_PROMPTS} prompts" in text
     line = next(x for x in text.splitlines() if x.startswith("| `mentored.speedup_within_quality_noise`"))
     assert "holds if both claims hold at some D" in line and "Mentored blog (001): speed vs task quality" in line
 
@@ -356,7 +356,9 @@ def test_criteria_that_can_fail(tmp_path):
 def test_ppd_fig1_is_decided_on_the_paired_interval_when_the_csv_has_one(tmp_path):
     run = copy_csvs(FIGURES, tmp_path / "run")
 
-    def interval(low, high, prompts="5"):
+    enough, short = str(MIN_PROMPTS), str(MIN_PROMPTS - 1)
+
+    def interval(low, high, prompts):
         def change(rows):
             for r in rows:
                 on = r["method"] == "PPD"
@@ -364,7 +366,7 @@ def test_ppd_fig1_is_decided_on_the_paired_interval_when_the_csv_has_one(tmp_pat
                          over_medusa_high95=str(high) if on else "", prompts=prompts)
         return change
     verdicts = []
-    for low, high, prompts in ((1.02, 1.2, "5"), (0.8, 0.95, "5"), (0.9, 1.1, "5"), (1.02, 1.2, "4")):
+    for low, high, prompts in ((1.02, 1.2, enough), (0.8, 0.95, enough), (0.9, 1.1, enough), (1.02, 1.2, short)):
         rewrite(run / ppd.PPD_COST, interval(low, high, prompts))
         verdicts.append(row_for(rp.evaluate(run, None), "Fig. 1 memory/speedup").outcome.verdict)
     assert verdicts == [rp.REPRODUCED, rp.NOT_REPRODUCED, rp.UNDECIDED, rp.UNDECIDED]

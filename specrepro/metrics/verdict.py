@@ -31,7 +31,7 @@ from ..core.stats import LEVEL, paired_bootstrap  # the one interval
 
 HOLDS, FAILS, UNDECIDED, NOISY = "holds", "fails", "undecided, n too small", "noisy, timed under load"
 VERDICTS = (HOLDS, FAILS, UNDECIDED, NOISY)
-MIN_PROMPTS = 5  # fewer prompts: a bootstrap interval takes only a few values and says nothing; undecided
+MIN_PROMPTS = 8  # fewer prompts: a bootstrap interval takes only a few values and says nothing; undecided
 
 __all__ = ["FAILS", "HOLDS", "LEVEL", "MIN_PROMPTS", "NOISY", "UNDECIDED", "VERDICTS", "Verdict", "all_of", "at_least",
            "at_most", "combine", "decide", "paired_bootstrap", "under_load"]

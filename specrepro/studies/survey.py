@@ -324,7 +324,7 @@ SETTINGS = {
     # quick, sized for ~8 minutes on 2 CPU threads: 3 bench prompts x 1 repeat, 16 tokens (a summarize generation
     # costs ~6-10 s whatever its length: prefill and scoring of ~450 tokens; mentored_speed_quality decides the
     # speed-quality question on more prompts and seeds), 8 prompts per suite for the speedup by task (every claim on
-    # at least 8 prompts; one on fewer than 5 is undecided whatever its interval)
+    # at least 8 prompts; one on fewer than 8 is undecided whatever its interval)
     "quick": dict(bench=3, rows=2, repeats=1, max_new=16, cost_repeats=3, warmup=8, solver_repeats=5, batch_context=64,
                   batch_rounds=2, batch_forwards=1, task_prompts=8, task_max_new=32, task_seeds=2),
     "full": dict(bench=None, rows=4, repeats=3, max_new=128, cost_repeats=7, warmup=8, solver_repeats=20,
