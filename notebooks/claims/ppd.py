@@ -33,7 +33,8 @@ PPD_COST = f"{PPD_DIR}/ppd_fig7_fig1_memory_speed_training.csv"
        "0.0002% trainable parameters, trained in 16 GPU-hours; throughput like Medusa's",
        Quote(SEED, "enabling efficient training on a single A100-40GB GPU in just 16 hours"),
        "PPD's extra parameters under 1% of Medusa's, and its tokens/s at least Medusa's: the 95% paired bootstrap "
-       "interval of PPD over Medusa at or above 1 on at least 5 prompts (below 1: not reproduced; else undecided)",
+       f"interval of PPD over Medusa at or above 1 on at least {MIN_PROMPTS} prompts (below 1: not reproduced; else "
+       "undecided)",
        pictures=(f"{PPD_DIR}/ppd_fig7_fig1_memory_speed_training.png",))
 def ppd_fig1(t: Tables) -> Outcome:
     rows = t.rows(PPD_COST)

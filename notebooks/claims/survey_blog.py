@@ -190,7 +190,8 @@ CHEN = "survey_mentored_staged_batch/speedup_by_task.csv"
        (Artifact(CHEN, MachineSpecific("speed", largest("speedup", "suite"))),),
        "Chen et al. 2023, Table 1 (Chinchilla 70B, 4B draft, TPU v4): XSum 1.92x nucleus, 2.01x greedy; "
        "HumanEval 2.46x nucleus", Quote(SEED, "The speedup is task dependent"),
-       "code's sampling speedup above summarisation's, the 95% intervals apart, on at least 5 prompts per suite")
+       f"code's sampling speedup above summarisation's, the 95% intervals apart, on at least {MIN_PROMPTS} prompts "
+       "per suite")
 def survey_chen(t: Tables) -> Outcome:
     """Chen et al.'s point, that the speedup depends on the task (code gains more than summarisation), on our
     speedup-by-task table: code's sampling row above summarisation's with the two 95% intervals apart."""
