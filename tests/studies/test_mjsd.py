@@ -7,6 +7,7 @@ from types import SimpleNamespace
 
 import pytest
 
+from specrepro.metrics.verdict import MIN_PROMPTS
 from specrepro.run.bench import run_bench
 from specrepro.run.bench_types import BenchPrompt, BenchResult
 from specrepro.run.variants import BenchConfig
@@ -89,7 +90,7 @@ def test_table2_fig3_and_claims():
     assert fig3[0]["ratio_mjsd_over_speculative"] == pytest.approx(3 / (4 / 3))
     table1 = [{"source": "ours", "batch_size": 1, "time_per_run_vs_b1": 1.0},
               {"source": "ours", "batch_size": 2, "time_per_run_vs_b1": 1.2}]
-    prompts = [f"p{i}" for i in range(6)]
+    prompts = [f"p{i}" for i in range(MIN_PROMPTS)]  # as few as a claim may rest on
     records = [prompt_record(label, pid) for pid in prompts
                for label in mjsd.table2_variants(chosen)]
     fig1 = result_of([], [{"method": mjsd.mjgd_label(k), "prompt_id": pid, "nll_sum": 8.0 / k, "nll_tokens": 8}
@@ -99,7 +100,7 @@ def test_table2_fig3_and_claims():
     claims = {c["claim"]: c for c in rows}
     by_id = {v.claim: v for v in verdicts}
     speedup = by_id["mjsd.speedup_over_ar_sampling"]  # 3x on every prompt: the interval is that point
-    assert speedup.verdict == "holds" and speedup.estimate == pytest.approx(3.0) and speedup.n == "6 prompts"
+    assert speedup.verdict == "holds" and speedup.estimate == pytest.approx(3.0) and speedup.n == f"{MIN_PROMPTS} prompts"
     assert claims["MJSD speedup over AR sampling ('greedy')"]["paper"].startswith("2.21x")
     ppl = by_id["mjsd.perplexity_vs_ar_sampling"]  # NLL 0.5 lower per token: exp(-0.5) - 1 = -39%
     assert ppl.estimate == pytest.approx(math.exp(-0.5) - 1) and ppl.verdict == "holds"
@@ -113,10 +114,10 @@ def test_table2_fig3_and_claims():
 
 def test_speed_claims_keep_the_mean_of_paired_ratios():
     """The paper averages per-prompt speedups, so the speed claims are the mean of paired ratios, not the bench's
-    pooled tokens/s ratio: one long prompt 6x as fast moves the mean (5 at 3x: 3.5x) and the pooled ratio apart."""
+    pooled tokens/s ratio: one long prompt 6x as fast moves the mean (the others at 3x) and the pooled ratio apart."""
     from specrepro.core import stats
     chosen = {"tau1": 0.9, "tau2": 2.0, "m": 4}
-    prompts = [f"p{i}" for i in range(6)]
+    prompts = [f"p{i}" for i in range(MIN_PROMPTS)]  # as few as a claim may rest on
     records = [prompt_record(label, pid) for pid in prompts for label in mjsd.table2_variants(chosen)]
     long = next(r for r in records if r["prompt_id"] == "p0" and r["method"] == mjsd.mjsd_label())
     long.update(new_tokens=80, wall_time_s=80 / 60.0)
@@ -128,8 +129,9 @@ def test_speed_claims_keep_the_mean_of_paired_ratios():
     x, _ = mjsd.prompt_array({"instruct": result_of([], records)}, lambda k: (mjsd.mjsd_label(), "ar"),
                              ("new_tokens", "wall_time_s"))
     speedup = next(v for v in verdicts if v.claim == "mjsd.speedup_over_ar_sampling")
-    assert speedup.estimate == pytest.approx(3.5) == stats.mean_of_ratios(x)
-    assert stats.pooled_ratio(x) == pytest.approx((120 / (80 / 60 + 5 * 8 / 30)) / 10)
+    n = MIN_PROMPTS
+    assert speedup.estimate == pytest.approx((3 * (n - 1) + 6) / n) == stats.mean_of_ratios(x)
+    assert stats.pooled_ratio(x) == pytest.approx((80 + 8 * (n - 1)) / (80 / 60 + (n - 1) * 8 / 30) / 10)  # AR: 10/s
 
 
 def prompt_record(label, prompt_id):
