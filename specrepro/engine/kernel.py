@@ -2,14 +2,15 @@
 
 - ``rms_norm()``: RMSNorm in fp32 as one op (torch's CPU one is six);
 - ``attention()``: grouped-query attention over a layer's cache in fp32 as one op (torch's way is five);
-- ``q4_mm()``: the 4-bit GEMM, where the CPU has AVX-512 BF16 (``llama.Q4``); a prompt's rows (``bulk``) on AMX's
-  tiles where it has AMX-BF16 too (``kernels_amx.h``: a prefill at about a third of the cost);
+- ``q4_mm()``: the 4-bit GEMM (``llama.Q4``), where the CPU has AVX-512 BF16 (VDPBF16PS) or else AVX2 with FMA and
+  F16C (``kernels_avx2.h``: the same sums in fp32 FMAs); a prompt's rows (``bulk``) on AMX's tiles where it has
+  AMX-BF16 too (``kernels_amx.h``: a prefill at about a third of the cost);
 - ``q8_mm()``: the 8-bit GEMM of a GGUF Q8_0 weight (the offline model's LM head), likewise (``llama.Q8``);
 - ``llama_layer()``: a whole decoder layer on 4-bit weights as one op, likewise (``llama.LlamaStack.forward``).
 
 Each returns its op, or None where it cannot run: not an x86 Linux CPU, no C++ compiler or ninja (torch's
-``cpp_extension`` drives the build), a failed build (one line says so), or for ``q4_mm`` a CPU without AVX-512 BF16
-or ``$SPECREPRO_KERNELS``: "no-amx" keeps a prompt's rows off AMX, "torch-int4" keeps torch's int4 kernel, "off"
+``cpp_extension`` drives the build), a failed build (one line says so), or for ``q4_mm`` a CPU with neither set of
+flags, or ``$SPECREPRO_KERNELS``: "no-amx" keeps a prompt's rows off AMX, "torch-int4" keeps torch's int4 kernel, "off"
 every torch op (all three for side-by-side measurements). ``why_not()`` says why ``q4_mm`` is None. The engine then
 runs torch's ops: nothing but speed depends on these.
 
@@ -33,9 +34,11 @@ import torch
 
 
 SOURCE = Path(__file__).with_name("kernels.cpp")
-HEADERS = [Path(__file__).with_name("kernels_amx.h")]  # (included by SOURCE: part of the build's key)
+# included by SOURCE, and so part of the build's key:
+HEADERS = [Path(__file__).with_name(name) for name in ("kernels_amx.h", "kernels_avx2.h")]
 FLAGS = ["-O3", "-march=native", "-fopenmp"]  # (OpenMP: ATen's parallel_for on torch's threads, and simd loops)
-Q4_CPU_FLAGS = ("avx512f", "avx512bw", "avx512_bf16")  # as /proc/cpuinfo spells them
+# either set of flags, as /proc/cpuinfo spells them: VDPBF16PS, else FMAs on AVX2
+Q4_CPU_FLAGS = (("avx512f", "avx512bw", "avx512_bf16"), ("avx2", "fma", "f16c"))
 ENV = "SPECREPRO_KERNELS"  # "on" (default), "no-amx" (ours without AMX), "torch-int4" (torch's int4 kernel, ours for
 CHOICES = ("on", "no-amx", "torch-int4", "off")  # the rest), "off" (torch's ops)
 _state: dict = {}  # "ops" (torch.ops.specrepro, or None) and "why" (why it is None), once per process
@@ -85,9 +88,8 @@ def why_not() -> str | None:
     """Why ``q4_mm()`` is None (None when it runs)."""
     if choice() not in ("on", "no-amx"):
         return f"{ENV}={choice()}"
-    missing = [f for f in Q4_CPU_FLAGS if f not in cpu_flags()]
-    if missing:
-        return f"this CPU lacks {', '.join(missing)}"
+    if not any(all(f in cpu_flags() for f in flags) for flags in Q4_CPU_FLAGS):
+        return f"this CPU lacks {' or '.join(', '.join(flags) for flags in Q4_CPU_FLAGS)}"
     if _ops() is None:
         return _state["why"]
     return None

@@ -6,12 +6,13 @@
 //
 // attention(q, k, v, S, mask, scale): grouped-query attention over a layer's first S cache slots, in fp32, as one op.
 //
-// q8_mm(x, packed, d), where the CPU has AVX-512 BF16: the 8-bit GEMM of a GGUF Q8_0 weight (below, at q8_tile).
+// q8_mm(x, packed, d), where the CPU has AVX-512 BF16 or AVX2 (with FMA and F16C): the 8-bit GEMM of a GGUF Q8_0
+//   weight (below, at q8_tile).
 //
-// llama_layer(...), where the CPU has AVX-512 BF16: a whole decoder layer on 4-bit weights as one op (below).
+// llama_layer(...), likewise: a whole decoder layer on 4-bit weights as one op (below).
 //
-// q4_mm(x, packed, d, z, bulk), where the CPU has AVX-512 BF16: the 4-bit GEMM (bulk: a prompt's rows, on AMX's
-//   tiles where the CPU has them: kernels_amx.h)
+// q4_mm(x, packed, d, z, bulk), likewise: the 4-bit GEMM (bulk: a prompt's rows, on AMX's tiles where the CPU has
+//   them: kernels_amx.h). Below for AVX-512 BF16; kernels_avx2.h has its tiles for AVX2.
 //
 //     y[M, N] (fp32) = x[M, K] (fp32 or bf16, rounded to bf16 as .to(torch.bfloat16) does) @ W^T,
 //     W[n, k] = d[n, b] * q[n, k] + z[n, b],   b = k / 32,   q in 0..15   (a GGUF Q4_1 block: d = scale, z = min).
@@ -39,14 +40,22 @@
 #include <cstring>
 #include <vector>
 
+// Which 4-bit and 8-bit GEMMs this CPU gets: 1 = VDPBF16PS (AVX-512 BF16), 2 = FMAs on AVX2 (kernels_avx2.h).
+#if defined(__AVX512BF16__) && defined(__AVX512BW__)
+#define SPECREPRO_Q4 1
+#elif defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
+#define SPECREPRO_Q4 2
+#endif
+
 namespace {
 
 #if defined(__AVX512F__)
-
 inline __m512 half16(const at::Half* p) {  // 16 fp16 -> fp32
   return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
 }
+#endif
 
+#if defined(SPECREPRO_Q4)
 constexpr int G = 32;        // inputs per block
 constexpr int TILE_N = 32;   // outputs per tile
 constexpr int PASS_M = 8;    // rows per pass over the weights
@@ -208,7 +217,10 @@ torch::Tensor attention(const torch::Tensor& q, const torch::Tensor& k, const to
   return out;
 }
 
-#if defined(__AVX512BF16__) && defined(__AVX512BW__)
+#if defined(SPECREPRO_Q4)
+#if SPECREPRO_Q4 == 1
+constexpr int SPREAD = 1;  // Rows::a's elements per input: its bf16 bits
+
 // Step r of a tile's block (64 bytes of packed, see q4_mm) as bf16 integers 0..15 in VNNI order (input pairs
 // interleaved, as VDPBF16PS and TDPBF16PS read them): q00 and q01 the pairs 2r and 2r + 1 of outputs 0..15, q10 and
 // q11 of outputs 16..31.
@@ -293,6 +305,11 @@ using Tile = void (*)(const uint16_t*, const float*, const uint8_t*, const at::H
 constexpr Tile TILES[] = {nullptr, tile<1, 1>, tile<2, 1>, tile<3, 1>, tile<4, 1>, tile<5, 1>, tile<6, 1>, tile<7, 1>,
                           tile<8, 1>};
 constexpr Tile PAIRS[] = {nullptr, tile<1, 2>, tile<2, 2>};  // two tiles at once, for one or two rows
+using Lane = uint16_t;
+#else
+#include "kernels_avx2.h"
+using Lane = float;
+#endif
 
 inline uint16_t bf16_bits(float f) {  // round to nearest, ties to even (as torch's cast; the inputs are finite)
   uint32_t u;
@@ -310,22 +327,29 @@ inline float bf16_value(uint16_t h) {
 inline uint16_t input_bits(float f) { return bf16_bits(f); }
 inline uint16_t input_bits(at::BFloat16 h) { return h.x; }
 
+inline void put(uint16_t* a, int64_t k, uint16_t bits) { a[k] = bits; }
+inline void put(float* a, int64_t k, uint16_t bits) {  // spread: input k's value in lanes k % 2, +2, +4, +6 of its pair
+  for (int i = 0; i < 4; ++i) a[(k / 2) * 8 + 2 * i + k % 2] = bf16_value(bits);
+}
+
 template <typename T>
-void round_and_sum(const T* X, int64_t blocks, uint16_t* a, float* s) {  // x in bf16, and each block's sum of it
+void round_and_sum(const T* X, int64_t blocks, Lane* a, float* s) {  // x in bf16, and each block's sum of it
   for (int64_t i = 0; i < blocks; ++i) {
     float sum = 0.f;
     for (int j = 0; j < G; ++j) {
-      a[i * G + j] = input_bits(X[i * G + j]);
-      sum += bf16_value(a[i * G + j]);
+      const uint16_t bits = input_bits(X[i * G + j]);
+      put(a, i * G + j, bits);
+      sum += bf16_value(bits);
     }
     s[i] = sum;
   }
 }
 
-// A GEMM's input x [..., K] (fp32 or bf16, contiguous) as M rows of bf16 bits, with each block's sum of them.
+// A GEMM's input x [..., K] (fp32 or bf16, contiguous) as M rows rounded to bf16 (its bits, or spread as fp32 for
+// kernels_avx2.h), with each block's sum of them.
 struct Rows {
   int64_t M;
-  std::vector<uint16_t> a;  // [M, K]
+  std::vector<Lane> a;  // [M, K * SPREAD]
   std::vector<float> sums;  // [M, K/32]
 };
 
@@ -335,7 +359,7 @@ Rows rows_of(const torch::Tensor& x) {
               "x: [..., K] fp32 or bf16, contiguous");
   const int64_t K = x.size(-1), M = x.numel() / std::max<int64_t>(K, 1);
   TORCH_CHECK(K % G == 0, "x has ", K, " inputs, not a multiple of ", G);
-  Rows rows{M, std::vector<uint16_t>(M * K), std::vector<float>(M * K / G)};
+  Rows rows{M, std::vector<Lane>(M * K * SPREAD), std::vector<float>(M * K / G)};
   if (x.scalar_type() == torch::kFloat)
     round_and_sum(x.data_ptr<float>(), M * K / G, rows.a.data(), rows.sums.data());
   else
@@ -381,10 +405,12 @@ torch::Tensor q4_gemm(const torch::Tensor& x, const torch::Tensor& packed, const
   at::parallel_for(0, N / TILE_N, 1, [&](int64_t t0, int64_t t1) {
     for (int64_t m0 = 0; m0 < M; m0 += PASS_M) {
       const int64_t mb = std::min<int64_t>(PASS_M, M - m0);
-      const uint16_t* am = rows.a.data() + m0 * K;
+      const Lane* am = rows.a.data() + m0 * K * SPREAD;
       const float* sm = rows.sums.data() + m0 * KB;
       int64_t t = t0;
+#if SPECREPRO_Q4 == 1
       for (; mb <= 2 && t + 2 <= t1; t += 2) PAIRS[mb](am, sm, Wp, Dp, Zp, Yp + m0 * N, K, N, t);
+#endif
       for (; t < t1; ++t) TILES[mb](am, sm, Wp, Dp, Zp, Yp + m0 * N, K, N, t);
     }
   });
@@ -493,9 +519,7 @@ torch::Tensor llama_layer(const torch::Tensor& x, const torch::Tensor& attn_norm
   return out;
 }
 
-#endif  // AVX-512 BF16
-
-#if defined(__AVX512BF16__) && defined(__AVX512BW__)
+#if SPECREPRO_Q4 == 1
 // q8_mm: the 8-bit GEMM of a GGUF Q8_0 weight (the offline model's LM head): W[n, k] = d[n, b] * q[n, k], q int8,
 // b = k / 32: y = sum_b d_nb * sum_{k in b} x_k q_nk, x rounded to bf16 (as a bf16 F.linear reads it), q exact in
 // bf16, through VDPBF16PS with fp32 sums. Layouts (llama.q8_pack): 16 outputs a tile; packed [N/16, K/2, 32] int8:
@@ -533,6 +557,7 @@ void q8_tile(const uint16_t* A, const int8_t* W, const at::Half* D, float* Y, in
 using Q8Tile = void (*)(const uint16_t*, const int8_t*, const at::Half*, float*, int64_t, int64_t, int64_t);
 constexpr Q8Tile Q8_TILES[] = {nullptr, q8_tile<1>, q8_tile<2>, q8_tile<3>, q8_tile<4>, q8_tile<5>, q8_tile<6>,
                                q8_tile<7>, q8_tile<8>};
+#endif
 
 // x [..., K] (fp32 or bf16, contiguous) -> y [..., N] fp32
 torch::Tensor q8_mm(const torch::Tensor& x, const torch::Tensor& packed, const torch::Tensor& d) {
@@ -550,24 +575,22 @@ torch::Tensor q8_mm(const torch::Tensor& x, const torch::Tensor& packed, const t
   at::parallel_for(0, N / 16, 1, [&](int64_t t0, int64_t t1) {
     for (int64_t m0 = 0; m0 < M; m0 += PASS_M)
       for (int64_t t = t0; t < t1; ++t)
-        Q8_TILES[std::min<int64_t>(PASS_M, M - m0)](rows.a.data() + m0 * K, Wp, Dp, Yp + m0 * N, K, N, t);
+        Q8_TILES[std::min<int64_t>(PASS_M, M - m0)](rows.a.data() + m0 * K * SPREAD, Wp, Dp, Yp + m0 * N, K, N, t);
   });
   return y;
 }
 
-#endif  // AVX-512 BF16
+#endif  // SPECREPRO_Q4
 
 }  // namespace
 
 TORCH_LIBRARY(specrepro, m) {
   m.def("rms_norm(Tensor x, Tensor w, float eps) -> Tensor");
   m.def("attention(Tensor q, Tensor k, Tensor v, int S, Tensor mask, float scale) -> Tensor");
-#if defined(__AVX512BF16__) && defined(__AVX512BW__)
+#if defined(SPECREPRO_Q4)
   m.def("q4_mm(Tensor x, Tensor packed, Tensor d, Tensor z, Tensor? bulk=None) -> Tensor");
   m.def("llama_layer(Tensor x, Tensor attn_norm, Tensor mlp_norm, float eps, Tensor[] w, Tensor cos, Tensor ssin, "
         "Tensor(a!) k, Tensor(b!) v, Tensor slots, int S, Tensor mask, int n_heads, Tensor? bulk=None) -> Tensor");
-#endif
-#if defined(__AVX512BF16__) && defined(__AVX512BW__)
   m.def("q8_mm(Tensor x, Tensor packed, Tensor d) -> Tensor");
 #endif
 }
@@ -575,11 +598,9 @@ TORCH_LIBRARY(specrepro, m) {
 TORCH_LIBRARY_IMPL(specrepro, CPU, m) {
   m.impl("rms_norm", rms_norm);
   m.impl("attention", attention);
-#if defined(__AVX512BF16__) && defined(__AVX512BW__)
+#if defined(SPECREPRO_Q4)
   m.impl("q4_mm", q4_mm);
   m.impl("llama_layer", llama_layer);
-#endif
-#if defined(__AVX512BF16__) && defined(__AVX512BW__)
   m.impl("q8_mm", q8_mm);
 #endif
 }
