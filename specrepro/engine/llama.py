@@ -18,6 +18,7 @@ Shapes: B rows, Q columns (query tokens), S attended slots, L layers, H hidden, 
 """
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 import torch
@@ -75,12 +76,22 @@ def unsupported(model: torch.nn.Module) -> str | None:
 
 
 def prepackable(weight: torch.Tensor) -> bool:
-    """Whether ``weight`` is worth prepacking for oneDNN: bf16 on a CPU that has it (see ``LlamaStack.prepack``)."""
-    return weight.device.type == "cpu" and weight.dtype == torch.bfloat16 and torch.backends.mkldnn.is_available()
+    """Whether ``weight`` is worth packing (see ``LlamaStack.prepack``): bf16 on the CPU."""
+    return weight.device.type == "cpu" and weight.dtype == torch.bfloat16
+
+
+@functools.cache
+def onednn_bf16() -> bool:
+    """Whether oneDNN has bf16 GEMMs on this CPU (it asks for AVX-512 BW/VL/DQ or AVX-NE-CONVERT; an AVX2-only EPYC
+    has neither): where it has not, a bf16 weight that is not held 4- or 8-bit stays as it is, for ``F.linear``."""
+    return torch.backends.mkldnn.is_available() and torch.ops.mkldnn._is_mkldnn_bf16_supported()
 
 
 def prepack(weight: torch.Tensor) -> torch.Tensor:
-    """``weight`` [out, in] reordered once into oneDNN's blocked layout (any number of rows may use it)."""
+    """``weight`` [out, in] reordered once into oneDNN's blocked layout (any number of rows may use it), or as it is
+    where oneDNN has no bf16 GEMM here (``onednn_bf16``)."""
+    if not onednn_bf16():
+        return weight.detach()
     return torch.ops.mkldnn._reorder_linear_weight(weight.detach(), 1)
 
 
@@ -92,6 +103,8 @@ def packed_linear(x: torch.Tensor, packed: "torch.Tensor | Q4 | Q8", bias: torch
         return packed.linear(x, bias, bulk)
     if isinstance(packed, Q8):
         return packed.linear(x, bias)
+    if not onednn_bf16():
+        return F.linear(x.to(packed.dtype), packed, bias)
     return torch.ops.mkldnn._linear_pointwise(x.to(packed.dtype), packed, bias, "none", [], "")
 
 
@@ -123,9 +136,9 @@ class Q4:
     """A weight [N, K] held as 4-bit integers q with a scale d and a zero z per group of ``BLOCK`` inputs,
     w = d·q + z: the GGUF's own Q4_1 blocks (w = d·q + m). Two kernels read it:
 
-    - the engine's own (``kernel.q4_mm``, ``kernels.cpp``; a CPU with AVX-512 BF16): d and z in fp16 (the GGUF's
-      own precision), the input (fp32 or bf16) rounded to bf16 inside, the output in fp32 (no cast on either side);
-      one pass over the weights serves up to 8 rows;
+    - the engine's own (``kernel.q4_mm``, ``kernels.cpp``; a CPU with AVX-512 BF16 or AVX2): d and z in fp16 (the
+      GGUF's own precision), the input (fp32 or bf16) rounded to bf16 inside, the output in fp32 (no cast on either
+      side); one pass over the weights serves up to 8 rows;
     - torch's CPU int4 kernel (any other CPU, or ``$SPECREPRO_KERNELS=torch-int4``): w = (q − 8)·d + (z + 8d), d
       and z in bf16, bf16 in and out; it dequantises per tile of 4 rows, so 5 or 6 rows go as two calls
       (``Q4_SPLIT``).
@@ -467,8 +480,8 @@ class LlamaStack(torch.nn.Module):
     def _norms(self, dtype: torch.dtype) -> tuple[list[torch.Tensor], list[torch.Tensor], torch.Tensor]:
         """The RMSNorm weights (attention's, the MLP's per layer, the final one) in ``dtype``, cast once and cast
         again only when one of them changed (the model's own Parameters: an online draft trains them in place)."""
-        params = [*self.attn_norm, *self.mlp_norm, self.norm]
-        n = self.shape.n_layers
+        n = self.shape.n_layers  # (indexed: torch 2.11's dynamo cannot unpack a ParameterList, seen on a GPU)
+        params = [self.attn_norm[i] for i in range(n)] + [self.mlp_norm[i] for i in range(n)] + [self.norm]
         if torch.compiler.is_compiling():  # (the graph casts them, once, as constants)
             cast = [p.to(dtype) for p in params]
             return cast[:n], cast[n:2 * n], cast[-1]

@@ -22,6 +22,7 @@ from ..core.decoding import Clock, model_device
 from ..core.kvcache import CachedModel
 from ..core.provenance import busy_cores, environment, git_revision, host_speed
 from ..engine.disk import profiles_dir
+from ..engine.llama import onednn_bf16
 from .prefix import BatchedPrefix, batch_contexts
 from .profile import (DEFAULT_NS, DTYPE_NAMES, LONG_NS, N_MAX, Latency, Profile, ProfileKey, calibration_context,
                       cpu_info, dtype_name, forward_timer, load_profile, save_profile)
@@ -81,9 +82,15 @@ def gemm_roofline(device: torch.device, dtype: torch.dtype, size: int | None = N
 
 
 def roofline(model: torch.nn.Module, dtype: str) -> dict:
-    """What ``calibrate`` adds to a profile's ``machine``: the measured GEMM rate in ``dtype`` and the step's FLOPs."""
+    """What ``calibrate`` adds to a profile's ``machine``: the measured GEMM rate in ``dtype`` and the step's FLOPs.
+    On a CPU where oneDNN has no bf16 GEMM (AVX2 only: ``llama.onednn_bf16``) torch's bf16 GEMM is emulated at a
+    fraction of a GFLOP/s, while the engine's kernels sum bf16 inputs in fp32 FMAs: the fp32 GEMM's rate is the
+    roofline there (``gemm_dtype`` says which)."""
     device = model_device(model)
-    return {"gemm_flops_s": gemm_roofline(device, {v: k for k, v in DTYPE_NAMES.items()}[dtype_name(dtype)]),
+    gemm = {v: k for k, v in DTYPE_NAMES.items()}[dtype_name(dtype)]
+    if device.type == "cpu" and gemm == torch.bfloat16 and not onednn_bf16():
+        gemm = torch.float32
+    return {"gemm_flops_s": gemm_roofline(device, gemm), "gemm_dtype": DTYPE_NAMES[gemm],
             "gemm_threads": torch.get_num_threads(), "step_flops": step_flops(model)}
 
 
