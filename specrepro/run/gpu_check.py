@@ -256,11 +256,27 @@ class Context:
 # ------------------------------------------------------------------------------------------- the parts
 
 
+def older_than_required(package: str, version: str) -> str | None:
+    """Why ``version`` of ``package`` is older than what pyproject.toml requires (its ``>=`` bound), or None."""
+    import tomllib
+    from packaging.requirements import Requirement
+    pyproject = Path(__file__).resolve().parents[2] / "pyproject.toml"
+    if not pyproject.exists():  # (an installed package: pip already held it to its bounds)
+        return None
+    for line in tomllib.loads(pyproject.read_text())["project"]["dependencies"]:
+        req = Requirement(line)
+        if req.name == package and version not in req.specifier:
+            return f"{package} {version} is outside the {req.specifier} that pyproject.toml requires"
+    return None
+
+
 def part_env(ctx: Context) -> None:
     import transformers
     dev = torch.device(ctx.cfg.device)
     ctx.report.add("env", "torch", "INFO", f"torch {torch.__version__}, transformers {transformers.__version__}, "
                                            f"python {sys.version.split()[0]}")
+    if older := older_than_required("transformers", transformers.__version__):  # (the GPU image's 5.17, 2026-11-28)
+        ctx.report.add("env", "transformers", "FAIL", f"{older}: carry its wheel (docs/gpu-check/README.md)")
     if dev.type == "cuda":
         props = torch.cuda.get_device_properties(dev)
         ctx.report.add("env", "gpu", "INFO", f"{props.name}, compute capability {props.major}.{props.minor}, "
