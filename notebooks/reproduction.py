@@ -359,7 +359,7 @@ GUIDE = """\
   ask whether the claim's direction holds, within the interval where the CSV carries one. A row whose criterion
   says "decided by" takes its verdict from those claims in `VERDICTS.md` (holds → reproduced, fails → not
   reproduced), the one place they are decided. *Undecided, n too small*: the measurement cannot tell (its interval
-  straddles the criterion, fewer than 8 prompts, too few sizes, or no interval at all). *Noisy, timed under
+  straddles the criterion, fewer than {min_prompts} prompts, too few sizes, or no interval at all). *Noisy, timed under
   load*: a speed row whose timings were taken while other processes kept at least half a core busy on average
   (each artifact records the load its notebook ran under); it decides nothing. *Not comparable*: the
   document prints nothing to compare, or describes other data. *No result*: this run did not write a CSV the row
@@ -441,7 +441,9 @@ def _conditions_table(figures: Path) -> list[str]:
 
 def render(rows: list[ReportRow], figures: Path, committed: Path | None, base: Path) -> str:
     """The report's Markdown; links are relative to ``base``, the folder the report is written to."""
-    lines = _header(rows, figures, committed) + GUIDE.splitlines() + [""] + _at_a_glance(rows)
+    from specrepro.metrics.verdict import MIN_PROMPTS
+    guide = GUIDE.format(min_prompts=MIN_PROMPTS)
+    lines = _header(rows, figures, committed) + guide.splitlines() + [""] + _at_a_glance(rows)
     for document in dict.fromkeys(r.claim.document for r in rows):
         lines += _document_table(rows, document, figures, base)
     return "\n".join(lines + _conditions_table(figures))
