@@ -60,7 +60,7 @@ def test_a_bad_setting_is_one_clear_error(tmp_path, work, kw, match):
 def test_a_transformers_older_than_pyproject_requires_is_named():
     """A GPU image's own transformers (5.17 on 2026-11-28) is older than the package needs: the check says so in a
     row of its own, where otherwise MJSD and DistillSpec fail with an AttributeError that names no version."""
-    from specrepro.run.gpu_check import older_than_required
-    assert "outside the >=" in older_than_required("transformers", "5.17.0")
-    assert older_than_required("transformers", "99.0") is None
-    assert older_than_required("not-a-dependency", "0.1") is None
+    from specrepro.run.gpu_check import unmet_requirement
+    assert "outside the >=" in unmet_requirement("transformers", "5.17.0")
+    assert unmet_requirement("transformers", "99.0") is None
+    assert unmet_requirement("not-a-dependency", "0.1") is None

@@ -329,7 +329,8 @@ inline uint16_t input_bits(at::BFloat16 h) { return h.x; }
 
 inline void put(uint16_t* a, int64_t k, uint16_t bits) { a[k] = bits; }
 inline void put(float* a, int64_t k, uint16_t bits) {  // spread: input k's value in lanes k % 2, +2, +4, +6 of its pair
-  for (int i = 0; i < 4; ++i) a[(k / 2) * 8 + 2 * i + k % 2] = bf16_value(bits);
+  const float value = bf16_value(bits);
+  for (int i = 0; i < 4; ++i) a[(k / 2) * 8 + 2 * i + k % 2] = value;
 }
 
 template <typename T>

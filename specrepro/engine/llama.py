@@ -117,7 +117,7 @@ def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = No
     modules that run beside the engine: an EAGLE draft's layer, Medusa's heads, the LM head they share. Plain
     ``F.linear`` where autograd needs the product, off a bf16 CPU, or for an input of another dtype."""
     grads = torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in (x, weight, bias))
-    if grads or not prepackable(weight) or x.dtype != weight.dtype:
+    if grads or not prepackable(weight) or not onednn_bf16() or x.dtype != weight.dtype:
         return F.linear(x, weight, bias)
     version = -1 if weight.is_inference() else weight._version  # (an inference tensor keeps no version counter)
     held = _PACKED.get(weight)

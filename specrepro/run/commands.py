@@ -419,7 +419,8 @@ def print_profile(dtype: str, p) -> None:
     if p.compute_floor_s is not None:
         ridge = f"; beyond n ≈ {p.floor_s / p.compute_floor_s:.0f} tokens a forward is compute-bound" if p.floor_s else ""
         threads = f"{m['gemm_threads']} thread{'s' if m['gemm_threads'] != 1 else ''}"
-        print(f"{dtype}: compute roofline {m['gemm_flops_s'] / 1e9:.0f} GFLOP/s (a large {m.get('gemm_dtype', dtype)} GEMM, {threads}): a "
+        gemm = m.get("gemm_dtype", dtype)  # (fp32 where the CPU has no bf16 GEMM: see metrics.calibrate.roofline)
+        print(f"{dtype}: compute roofline {m['gemm_flops_s'] / 1e9:.0f} GFLOP/s (a large {gemm} GEMM, {threads}): a "
               f"one-token step's {m['step_flops'] / 1e9:.2f} GFLOP of GEMMs take {1e3 * p.compute_floor_s:.2f} ms; "
               f"L_fp(1) is {p.decode_s / p.compute_floor_s:.0f}x it, L_fp({p.n_max}) "
               f"{p.l_fp(p.n_max) / (p.n_max * p.compute_floor_s):.1f}x the {p.n_max}-token compute floor{ridge}")

@@ -256,8 +256,8 @@ class Context:
 # ------------------------------------------------------------------------------------------- the parts
 
 
-def older_than_required(package: str, version: str) -> str | None:
-    """Why ``version`` of ``package`` is older than what pyproject.toml requires (its ``>=`` bound), or None."""
+def unmet_requirement(package: str, version: str) -> str | None:
+    """Why ``version`` of ``package`` is outside what pyproject.toml requires of it, or None."""
     import tomllib
     from packaging.requirements import Requirement
     pyproject = Path(__file__).resolve().parents[2] / "pyproject.toml"
@@ -275,8 +275,8 @@ def part_env(ctx: Context) -> None:
     dev = torch.device(ctx.cfg.device)
     ctx.report.add("env", "torch", "INFO", f"torch {torch.__version__}, transformers {transformers.__version__}, "
                                            f"python {sys.version.split()[0]}")
-    if older := older_than_required("transformers", transformers.__version__):  # (the GPU image's 5.17, 2026-11-28)
-        ctx.report.add("env", "transformers", "FAIL", f"{older}: carry its wheel (docs/gpu-check/README.md)")
+    if unmet := unmet_requirement("transformers", transformers.__version__):  # (the GPU image's 5.17, 2026-11-28)
+        ctx.report.add("env", "transformers", "FAIL", f"{unmet}: carry its wheel (docs/gpu-check/README.md)")
     if dev.type == "cuda":
         props = torch.cuda.get_device_properties(dev)
         ctx.report.add("env", "gpu", "INFO", f"{props.name}, compute capability {props.major}.{props.minor}, "
