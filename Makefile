@@ -2,8 +2,10 @@
 #   make test      create .venv, install, prepare the offline model, run the tests
 #   make figures   the same set-up, then run every notebook with papermill into figures/ (PROFILE=quick),
 #                  or PROFILE=smoke (tiny settings, into build/smoke/; what CI runs) or PROFILE=full;
-#                  ONLY="stem ..." runs some notebooks, JOBS=n notebooks at a time; ALLOW_DRAFT=1 writes figures/
+#                  STALE=1 runs only the runs whose recorded files changed (the maintainer's regeneration before a
+#                  commit), ONLY="stem ..." runs some notebooks, JOBS=n notebooks at a time; ALLOW_DRAFT=1 writes figures/
 #                  from a tree with uncommitted changes, every artifact marked DRAFT (else refused)
+#   make status    each notebook run, fresh or stale by the files it used, and which of them changed
 #   make gpu-check every method, batching, DistillSpec, the clock, host syncs, NVML and a bench on a CUDA GPU
 #   make lock      refresh requirements.lock (uv pip compile: the newest versions pyproject.toml allows), install it
 #                  into .venv and run the tests on it; the lock is replaced only if they pass
@@ -41,7 +43,7 @@ EXTRAS := test$(if $(RAY),$(comma)ray)
 PEERS_CMAKE_ARGS ?= -DLLAVA_BUILD=OFF -DCMAKE_C_FLAGS=-mno-amx-int8 -DCMAKE_CXX_FLAGS=-mno-amx-int8
 PEER_METHODS := llamacpp-ar,llamacpp-prompt-lookup
 
-.PHONY: venv models test figures bench gpu-check lab clean-venv lock
+.PHONY: venv models test figures status bench gpu-check lab clean-venv lock
 
 # RAY=1 or PEERS=1 on a .venv made without them (its stamp up to date): the extras are added here; the [peers] build
 # is timed
@@ -70,7 +72,11 @@ test: venv models
 
 figures: venv models
 	$(PY) notebooks/run_notebooks.py --profile $(PROFILE) $(if $(ONLY),--only $(ONLY)) $(if $(JOBS),--jobs $(JOBS)) \
-	  $(if $(ALLOW_DRAFT),--allow-draft)
+	  $(if $(ALLOW_DRAFT),--allow-draft) $(if $(STALE),--stale)
+
+# each notebook run's outputs: fresh, or stale with the files that changed since (notebooks/freshness.py)
+status: venv
+	$(PY) notebooks/run_notebooks.py --status --profile $(PROFILE) $(if $(ONLY),--only $(ONLY))
 
 # llama.cpp's baselines join when llama-cpp-python is installed (PEERS=1), and the bench says so when it is not
 bench: venv models

@@ -58,7 +58,9 @@ KEEP_CALLS = 10  # timings.json keeps this many past calls (each one's wall time
 
 sys.path[:0] = [str(NOTEBOOKS), str(ROOT)]
 from artifacts import STAGING_ENV, mark, swap_in, write_index  # noqa: E402  (lives beside this script)
+import freshness  # noqa: E402
 from specrepro.core.provenance import git_revision  # noqa: E402
+from specrepro.core.deps import file_digest  # noqa: E402
 
 # Notebooks that also run with other parameters: stem -> {variant: parameters}. A variant's executed copy is
 # executed/<stem>-<variant>.ipynb; the notebook itself writes its figures to a folder of their own.
@@ -140,35 +142,63 @@ def run_one(notebook: Path, parameters: dict, name: str, executed: Path, threads
     staging.mkdir(parents=True)
     os.environ[STAGING_ENV] = str(staging)  # the kernel inherits it: artifacts.Artifacts writes there
     final, partial = executed / f"{name}.ipynb", executed / f".{name}.partial.ipynb"
+    traced = staging / "deps.trace.json"  # the kernel's record of the files it used (specrepro.core.deps)
+    os.environ["IPYTHONDIR"] = str(kernel_startup(staging.parent / f".ipython-{name}", traced))
     failure = None
     try:
         pm.execute_notebook(str(notebook), str(partial), parameters=parameters,
                             kernel_name=KERNEL, cwd=str(ROOT), progress_bar=False)
+        files = json.loads(traced.read_text())
     except PapermillExecutionError as error:
         kept = Path(tempfile.gettempdir()) / f"{name}.failed.ipynb"
         if partial.exists():
             shutil.move(partial, kept)
         failure = (f"{notebook.name}: cell [{error.cell_index}] of the executed copy (execution count "
                    f"{error.exec_count}) raised {error.ename}: {error.evalue}  [executed copy: {kept}]")
-    except BaseException as error:  # kernel death, bad notebook JSON, Ctrl-C: clean up, report
+    except BaseException as error:  # kernel death, bad notebook JSON, no trace, Ctrl-C: clean up, report
         partial.unlink(missing_ok=True)
         shutil.rmtree(staging, ignore_errors=True)
         if isinstance(error, KeyboardInterrupt):
             raise
         failure = f"{notebook.name}: {type(error).__name__}: {error}"
     if failure is not None:
+        shutil.rmtree(Path(os.environ["IPYTHONDIR"]), ignore_errors=True)
         for folder in {name.replace("-", "_"), *(p.name for p in staging.glob("*") if p.is_dir())}:
             mark(figures / folder, "STALE.json", reason=f"the last run of {name} failed: {failure}")
         shutil.rmtree(staging, ignore_errors=True)
         return failure
+    traced.unlink()
     for folder in swap_in(staging, figures):
         if draft is not None:
             mark(figures / folder, "DRAFT.json", **draft)
     shutil.rmtree(staging, ignore_errors=True)
+    shutil.rmtree(Path(os.environ["IPYTHONDIR"]), ignore_errors=True)
     with contextlib.suppress(OSError):
         staging.parent.rmdir()  # once no other run stages there
+    source = notebook.resolve().relative_to(ROOT).as_posix() if notebook.resolve().is_relative_to(ROOT) else None
+    if source is not None:  # (a notebook outside the checkout, as in the tests, is not a file a run can depend on)
+        files[source] = file_digest(notebook)
     os.replace(partial, final)
+    freshness.write_record(executed, name, files, notebook=source or str(notebook),
+                           made_at=git_revision(ignore=("figures", "notebooks/executed")),
+                           profile=parameters.get("profile"), machine=machine(), traced="this run")
     return None
+
+
+STARTUP = """# written by notebooks/run_notebooks.py: trace the files this kernel's run uses (specrepro.core.deps)
+from specrepro.core.deps import trace_kernel
+trace_kernel({out!r})
+"""
+
+
+def kernel_startup(folder: Path, out: Path) -> Path:
+    """An IPython folder whose startup file opens a dependency trace writing to ``out``; the kernel finds it through
+    ``IPYTHONDIR``, so the trace is open before the notebook's first cell."""
+    startup = folder / "profile_default" / "startup"
+    shutil.rmtree(folder, ignore_errors=True)
+    startup.mkdir(parents=True)
+    (startup / "00-specrepro-trace.py").write_text(STARTUP.format(out=str(out)))
+    return folder
 
 
 def tree_state() -> dict | None:
@@ -278,7 +308,30 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--allow-draft", action="store_true",
                         help="write the checkout's figures/ from a tree with uncommitted changes, every artifact "
                              "marked DRAFT (default: refuse; commit first, so that each names a commit)")
+    parser.add_argument("--status", action="store_true",
+                        help="print each run as fresh or stale by the files it used (its executed/<run>.deps.json), "
+                             "and what changed; run nothing")
+    parser.add_argument("--stale", action="store_true",
+                        help="run only the runs that are not fresh (stale, untraced or missing); with none, say so "
+                             "and stop")
     return parser
+
+
+def by_freshness(jobs: list[tuple[Path, str, dict]], executed: Path, status_only: bool) -> list:
+    """``--status``: print each run's freshness and return no job; ``--stale``: the jobs whose runs are not fresh
+    (none, said, when every run is)."""
+    rows = freshness.status(executed, [name for _, name, _ in jobs])
+    if status_only:
+        print(f"runs under {executed}, by the files each one used:")
+        print("\n".join(freshness.status_lines(rows)))
+        return []
+    rerun = set(freshness.not_fresh(rows))
+    if not rerun:
+        print(f"nothing to run: all {len(rows)} run(s) under {executed} are fresh (none of the files they used "
+              "changed); make status lists them")
+        return []
+    print(f"--stale: {len(rerun)} of {len(rows)} run(s) are not fresh: {', '.join(sorted(rerun))}")
+    return [job for job in jobs if job[1] in rerun]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -294,7 +347,7 @@ def main(argv: list[str] | None = None) -> int:
     figures = out / "figures"
     executed = NOTEBOOKS / "executed" if out == ROOT else out / "executed"
     draft = tree_state()
-    if draft is not None and out == ROOT and not args.allow_draft:
+    if draft is not None and out == ROOT and not args.allow_draft and not args.status:
         print("run_notebooks.py: error: the checkout has uncommitted changes, so no commit would reproduce the "
               "artifacts: commit first, or pass --allow-draft (make figures ALLOW_DRAFT=1) to write them marked "
               "DRAFT", file=sys.stderr)
@@ -303,8 +356,12 @@ def main(argv: list[str] | None = None) -> int:
     if not notebooks:
         print("no notebooks found in notebooks/", file=sys.stderr)
         return 1
-    check_kernel()
     jobs = [(nb, name, extra) for nb in notebooks for name, extra in runs_of(nb)]
+    if args.status or args.stale:
+        jobs = by_freshness(jobs, executed, args.status)
+        if not jobs:
+            return 0
+    check_kernel()
     expected = expected_seconds(args.profile, [name for _, name, _ in jobs], figures)
     jobs = schedule(jobs, expected)
     setup = {"profile": args.profile, "jobs": jobs_n, "threads_per_notebook": threads, "machine": machine(),

@@ -30,6 +30,7 @@ from typing import Sequence
 import torch
 
 from ..core.decoding import Clock, model_device
+from ..core.deps import timed
 from ..core.provenance import busy_cores, environment
 from .energy import EnergyMeter, open_meter
 from .prefix import BatchedPrefix, batch_contexts
@@ -149,7 +150,7 @@ def measure_batching(model: torch.nn.Module, context: Sequence[int], batches: Se
     below = None  # why a sample of a working counter read no joules (shorter than NVML's update period)
     for r in range(warmup + rounds):
         for b, n in new:
-            with meter.measure() as m:
+            with timed(r, warmup), meter.measure() as m:  # a dependency trace (core/deps.py) sees the warm-up only
                 t0 = clock.now()
                 for _ in range(forwards):
                     prefixes[b].forward(new[b, n])

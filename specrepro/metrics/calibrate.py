@@ -19,6 +19,7 @@ from typing import Callable, Sequence
 import torch
 
 from ..core.decoding import Clock, model_device
+from ..core.deps import timed
 from ..core.kvcache import CachedModel
 from ..core.provenance import busy_cores, environment, git_revision, host_speed
 from ..engine.disk import profiles_dir
@@ -128,19 +129,20 @@ def measure(target: torch.nn.Module, draft: torch.nn.Module | None, context: lis
     draft_times: list[float] = []
     rounds = warmup + repeats
     for r in range(rounds):
-        for c, (timer, sizes) in timers.items():
-            for n in sizes:
-                t = timer(n)
+        with timed(r, warmup):  # a dependency trace (core/deps.py) sees the warm-up, not the timed rounds
+            for c, (timer, sizes) in timers.items():
+                for n in sizes:
+                    t = timer(n)
+                    if r >= warmup:
+                        times[c, n].append(t)
+            for p in prefill_sizes:
+                t = prefill_time(target, cycled[:p], key.batch)
                 if r >= warmup:
-                    times[c, n].append(t)
-        for p in prefill_sizes:
-            t = prefill_time(target, cycled[:p], key.batch)
-            if r >= warmup:
-                prefill_times[p].append(t)
-        if time_draft is not None:
-            t = time_draft(1)
-            if r >= warmup:
-                draft_times.append(t)
+                    prefill_times[p].append(t)
+            if time_draft is not None:
+                t = time_draft(1)
+                if r >= warmup:
+                    draft_times.append(t)
         if progress is not None:
             progress(r + 1, rounds)
     device = model_device(target)

@@ -12,19 +12,29 @@ Hand-written rather than ``joblib.Memory``: a run folder fills up record by reco
 what makes it resumable), whereas a memoised function only stores its return value once it has finished.
 
     folder = run_dir("mentored_speed_quality", config, [p.id for p in prompts], code=[notebook_path])
+
+A folder's key covers the whole package unless the caller traces the work that fills it (``traced=True``, then
+``with recording(folder): ...``, as ``StudyCache.bench`` does): then the key covers the configuration and the named
+``code`` files only, and ``code.json`` in the folder lists the files that work used, each with its SHA-256
+(``specrepro.core.deps.Trace``). Opening such a folder again checks them: a changed one empties the folder (said in
+one line), so a change to an unrelated module recomputes nothing, and a change to code the cell ran recomputes it.
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
 import hashlib
 import json
 import os
 import shutil
+import sys
 from pathlib import Path
 from typing import Any, Iterable
 
+from ..core.deps import Trace, changed
+from ..core.provenance import atomic_write_text
 from ..engine.disk import cache_root
 
 PACKAGE = Path(__file__).resolve().parents[1]  # specrepro/
@@ -68,31 +78,57 @@ def package_digest() -> str:
     return digest.hexdigest()
 
 
-def run_key(*config: Any, code: Iterable[Path | str] = ()) -> str:
-    """The key of a run: 16 hex digits of SHA-256(config, package files, ``code`` files)."""
+def run_key(*config: Any, code: Iterable[Path | str] = (), package: bool = True) -> str:
+    """The key of a run: 16 hex digits of SHA-256(config, package files unless not ``package``, ``code`` files)."""
     digest = hashlib.sha256(config_text(*config).encode())
-    digest.update(package_digest().encode())
+    if package:
+        digest.update(package_digest().encode())
     for path in code:
         digest.update(_file_digest(Path(path)).encode())
     return digest.hexdigest()[:16]
 
 
 def run_dir(name: str, *config: Any, code: Iterable[Path | str] = (), root: Path | None = None,
-            fresh: bool = False) -> Path:
+            fresh: bool = False, traced: bool = False) -> Path:
     """The cache folder of a run (created): ``<root or cache_root()>/runs/<name>-<key>/``, with ``key.json`` saying
     what the key covers. The caller resumes from what it finds there and writes its progress there; ``fresh``
-    empties the folder first (recompute this run even though its key matches)."""
+    empties the folder first (recompute this run even though its key matches). ``traced``: the key leaves the
+    package out, and the folder is emptied when a file its ``code.json`` lists has changed (see the module's
+    docstring)."""
     if not name or "/" in name or name.startswith("."):
         raise ValueError(f"a run name is one plain folder name, got {name!r}")
     code = [Path(p).resolve() for p in code]
-    folder = (root or cache_root()) / "runs" / f"{name}-{run_key(*config, code=code)}"
-    if fresh:
+    folder = (root or cache_root()) / "runs" / f"{name}-{run_key(*config, code=code, package=not traced)}"
+    stale = changed(json.loads((folder / CODE_RECORD).read_text())) if traced and (folder / CODE_RECORD).is_file() \
+        else []
+    if stale:
+        print(f"run cache: {folder.name} recomputed: the code it ran changed ({', '.join(stale[:3])}"
+              f"{', ...' if len(stale) > 3 else ''})", file=sys.stderr)
+    if fresh or stale:
         shutil.rmtree(folder, ignore_errors=True)
     folder.mkdir(parents=True, exist_ok=True)
     key_file = folder / "key.json"
     if not key_file.exists():
         tmp = key_file.with_suffix(".tmp")
         tmp.write_text(json.dumps({"name": name, "config": json.loads(config_text(*config)),
-                                   "package_sha256": package_digest(), "code": [str(p) for p in code]}, indent=1))
+                                   "package_sha256": None if traced else package_digest(),
+                                   "code": [str(p) for p in code],
+                                   "traced": f"the files in {CODE_RECORD}" if traced else None}, indent=1))
         os.replace(tmp, key_file)
     return folder
+
+
+CODE_RECORD = "code.json"  # in a traced run folder: {file: SHA-256} of the code and data its work used
+
+
+@contextlib.contextmanager
+def recording(folder: Path):
+    """Trace the work done inside the ``with`` (the work that fills ``folder``, a ``traced`` run folder) and add the
+    files it used to ``folder/code.json``, even when the work fails part-way: what it wrote, that code wrote."""
+    with Trace() as trace:
+        try:
+            yield folder
+        finally:
+            record_file = Path(folder) / CODE_RECORD
+            old = json.loads(record_file.read_text()) if record_file.is_file() else {}
+            atomic_write_text(record_file, json.dumps({**old, **trace.digests()}, indent=1, sort_keys=True) + "\n")

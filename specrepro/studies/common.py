@@ -21,7 +21,7 @@ from ..run.bench import encode_prompts, run_bench
 from ..run.bench_types import BenchPrompt, BenchResult
 from ..run.variants import BenchConfig
 from ..core.record import median_speedup
-from ..run.cache import run_dir
+from ..run.cache import recording, run_dir
 from ..core.executor import ExecutorConfig, run_cells
 from ..engine.models import LoadedModel
 from ..core.provenance import atomic_write_text
@@ -38,18 +38,22 @@ class StudyCache:
     fresh: bool = False  # True: recompute (delete the matching folder first)
     root: Path | None = None  # the cache root; None: specrepro.run.cache.cache_root()
 
-    def dir(self, part: str, *key: Any) -> Path:
+    def dir(self, part: str, *key: Any, traced: bool = False) -> Path:
+        """The folder of ``part`` under ``key``; ``traced``: keyed without the package, its work to be run inside
+        ``run.cache.recording`` (``specrepro.run.cache``)."""
         name = f"{self.stem}-{part.replace('/', '-')}"
         code = [self.notebook] if self.notebook is not None else []
-        return run_dir(name, *key, code=code, fresh=self.fresh, root=self.root)
+        return run_dir(name, *key, code=code, fresh=self.fresh, root=self.root, traced=traced)
 
     def bench(self, name: str, config: BenchConfig, prompts: Sequence[BenchPrompt], *key: Any,
               target: LoadedModel | None = None, draft: LoadedModel | None = None, echo: bool = True) -> BenchResult:
         """One interleaved ``run_bench`` of ``config`` on ``prompts`` in the folder ``dir(name, config, *key,
         prompt ids)``, resumed from what that folder holds."""
-        folder = self.dir(name, config, *key, [p.id for p in prompts])
+        # keyed by its config and the notebook; the code its bench runs is checked against code.json (run/cache.py)
+        folder = self.dir(name, config, *key, [p.id for p in prompts], traced=True)
         t0 = time.perf_counter()
-        result = run_bench(config, folder, target=target, draft=draft, prompts=list(prompts), progress=False)
+        with recording(folder):
+            result = run_bench(config, folder, target=target, draft=draft, prompts=list(prompts), progress=False)
         if echo:
             print(f"bench {name}: {len(result.records)} records in {time.perf_counter() - t0:.0f} s ({folder})")
         return result

@@ -1,0 +1,299 @@
+"""Which files of the checkout a run used, measured while it runs, and which of them have changed since.
+
+A notebook run, or one cell of the run cache, depends on the code that ran for it, not on everything it imported:
+every notebook imports the method registry, which imports every drafter, so an import list would make one changed
+line anywhere stale every run. So :class:`Trace` watches the run itself:
+
+- **code that ran**: ``sys.settrace`` (and ``threading.settrace``) sees each new frame's "call" event and keeps its
+  code object; it returns no local tracer, so no line is traced. A file counts when a function defined in it ran
+  (a function's file is its module's ``__file__``, so a dataclass's generated ``__init__`` counts for the module
+  that declares it), not when it was merely imported: module and class bodies do not count by themselves.
+- **what that code read**: a function that ran names globals (``co_names``); each one that is a module, a class or
+  a function counts its module, and a constant (a prompt list, a default table) counts the module that defines it.
+  A frozen config class used by a function therefore counts even when none of its own methods ran.
+- **files opened**: an audit hook (``sys.addaudithook``, the "open" event, which ``open``, ``io.open`` and
+  ``torch.load`` all raise) records data and zoo files under the checkout. A C++ source counts with the headers in
+  its folder, which the compiler reads without Python seeing it.
+
+Only files under :data:`CODE_ROOTS` of the checkout count, and prose never does (``*.md``). What a notebook writes
+(``figures/``, ``notebooks/executed/``) is an output, never a dependency. ``requirements.lock`` always counts. The
+machine is recorded beside the digests by the caller and never stales a run.
+
+    with Trace() as trace:
+        run()
+    record = trace.digests()           # {"specrepro/engine/llama.py": "<sha256>", ...}
+    changed(record)                    # [] while every file is as it was
+
+Traces nest: a cell's trace inside a notebook's sees what ran in the cell; the notebook's sees it too. Code that runs
+in another process (a Ray worker) is traced there, by the cell that runs it. The cost is one Python call per
+function call while a trace is open; ``tracer_overhead`` in the tests measures it.
+"""
+from __future__ import annotations
+
+import contextlib
+import functools
+import hashlib
+import inspect
+import json
+import sys
+import threading
+import types
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+CODE_ROOTS = ("specrepro", "simulations", "notebooks")  # where a run's code and data live in the checkout
+OUTPUTS = ("notebooks/executed",)  # what notebooks write: never a dependency
+ALWAYS = ("requirements.lock",)  # every package's version: a dependency of every run
+PROSE = (".md",)  # documentation never stales a run
+CODE_SUFFIXES = (".py", ".pyc")  # code is seen by the tracer, not by opening its file
+HEADER_SUFFIXES = (".h", ".hpp", ".cuh")
+
+_STACK: list[dict[int, tuple[types.CodeType, dict]]] = []  # the open traces, innermost last
+_OPENED: list[set[str]] = []  # per open trace: the files opened
+_HOOKED = False
+
+
+MACHINERY = frozenset({"__create_fn__"})  # dataclasses' factory, run in the module's globals at class creation
+_IMPORTS: list[list[tuple[str, types.CodeType, dict]]] = []  # per open trace: calls made while a module imported
+_OWN = globals()  # the tracer's own calls are not the run's
+
+
+def _on_call(frame, event, arg, _stack=_STACK):  # noqa: ARG001  (sys.settrace's signature)
+    """The global trace function: keep each new code object (and its globals) in the innermost trace, once; trace
+    no lines. (Its names are bound as defaults: at interpreter shutdown the module's globals are gone first.)"""
+    if _stack and id(frame.f_code) not in _stack[-1]:
+        try:
+            _first_sight(frame, frame.f_code)
+        except Exception:  # noqa: BLE001  (a dying interpreter's last frames: nothing of a run's)
+            pass
+    return None
+
+
+def _first_sight(frame, code: types.CodeType) -> None:
+    """Record ``code``'s first run. A module or class body is an import, not a use, and is not kept. A call made
+    while another module's body runs (a registry entry, a table built at import) is kept apart, as a use of that
+    module: it counts once that module counts (``Trace.files``), and it is looked at again when it runs later."""
+    in_notebook = frame.f_globals.get("__name__") == "__main__"
+    if frame.f_globals is _OWN or code.co_name in MACHINERY or not (code.co_flags & inspect.CO_NEWLOCALS or in_notebook):
+        return
+    body = frame.f_back
+    while body is not None and body.f_code.co_flags & inspect.CO_NEWLOCALS:
+        body = body.f_back  # the nearest module (or class) body below this call
+    importing = body.f_globals.get("__file__") if body is not None else None
+    if importing is not None and body.f_globals.get("__name__") != "__main__":
+        _IMPORTS[-1].append((importing, code, frame.f_globals))
+        return
+    _STACK[-1][id(code)] = (code, frame.f_globals)
+
+
+def _on_audit(event: str, args: tuple) -> None:
+    if event == "open" and _OPENED and args and isinstance(args[0], (str, bytes, Path)):
+        path = args[0].decode() if isinstance(args[0], bytes) else str(args[0])
+        _OPENED[-1].add(path)
+
+
+def relative(path: str | Path, root: Path = ROOT) -> str | None:
+    """``path`` relative to the checkout when it is a file a run can depend on (under ``CODE_ROOTS``, not an output,
+    not prose), else None."""
+    try:
+        rel = Path(path).resolve().relative_to(root)
+    except (ValueError, OSError):
+        return None
+    text = rel.as_posix()
+    if rel.parts[0] not in CODE_ROOTS or text.endswith(PROSE) or "__pycache__" in rel.parts:
+        return None
+    if any(text == out or text.startswith(out + "/") for out in OUTPUTS):
+        return None
+    return text
+
+
+def _origins(name: str, value, definers: dict[tuple[str, int], set[str]]) -> set[str]:
+    """The files of the modules that define ``value``, bound to ``name`` in the globals of a function that ran."""
+    if isinstance(value, types.ModuleType):
+        return {value.__file__} if getattr(value, "__file__", None) else set()
+    if isinstance(value, (type, types.FunctionType)):
+        module = sys.modules.get(getattr(value, "__module__", None) or "")
+        return {module.__file__} if getattr(module, "__file__", None) else set()
+    return definers.get((name, id(value)), set())
+
+
+class Trace:
+    """The files of the checkout that the code run inside ``with Trace():`` used (see the module's docstring)."""
+
+    def __init__(self, root: Path = ROOT):
+        self.root = Path(root)
+        self.codes: dict[int, tuple[types.CodeType, dict]] = {}
+        self.opened: set[str] = set()
+        self.imports: list[tuple[str, types.CodeType, dict]] = []  # (importing module's file, code, its globals)
+        self._saved = None
+
+    def __enter__(self) -> "Trace":
+        global _HOOKED
+        if not _HOOKED:
+            sys.addaudithook(_on_audit)  # cannot be removed; it does nothing while no trace is open
+            _HOOKED = True
+        _STACK.append(self.codes)
+        _OPENED.append(self.opened)
+        _IMPORTS.append(self.imports)
+        self._saved = (sys.gettrace(), threading.gettrace())
+        sys.settrace(_on_call)
+        threading.settrace(_on_call)
+        # the frames already running (the caller's) make no new "call" event: count them now
+        frame = sys._getframe(1)
+        while frame is not None:
+            _on_call(frame, "call", None)
+            frame = frame.f_back
+        return self
+
+    def __exit__(self, *exc) -> None:
+        _STACK.pop()
+        _OPENED.pop()
+        _IMPORTS.pop()
+        if _STACK:  # an outer trace sees what ran in this one
+            for key, value in self.codes.items():
+                _STACK[-1].setdefault(key, value)
+            _OPENED[-1].update(self.opened)
+            _IMPORTS[-1].extend(self.imports)
+        else:
+            sys.settrace(self._saved[0])
+            threading.settrace(self._saved[1])
+
+    def files(self) -> list[str]:
+        """The checkout's files this trace used, relative to the checkout, sorted (``requirements.lock`` among
+        them)."""
+        used: set[str] = set()
+        definers = _constant_definers(self.root)
+        for code, globals_ in list(self.codes.values()):
+            _use(code, globals_, definers, used, self.root)
+        pending = list(self.imports)
+        while True:  # an import-time call counts once the module that made it counts
+            ready = [call for call in pending if call[0] in used]
+            if not ready:
+                break
+            pending = [call for call in pending if call[0] not in used]
+            for _, code, globals_ in ready:
+                _use(code, globals_, definers, used, self.root)
+        for path in self.opened:
+            if path.endswith(CODE_SUFFIXES):
+                continue  # the import system reads every module it imports: code counts when it runs
+            used.add(path)
+            if path.endswith((".cpp", ".cu", ".c")):
+                used.update(str(p) for p in Path(path).parent.glob("*") if p.suffix in HEADER_SUFFIXES)
+        used.discard(__file__)  # the tracer records the run; it is not part of it
+        rel = {relative(p, self.root) for p in used}
+        rel = {p for p in rel if p is not None and (self.root / p).is_file()}
+        return sorted(rel | set(ALWAYS))
+
+    def digests(self) -> dict[str, str]:
+        """{file: SHA-256} of :meth:`files`, as they are now."""
+        return {path: file_digest(self.root / path) for path in self.files()}
+
+
+def _use(code: types.CodeType, globals_: dict, definers: dict, used: set[str], root: Path) -> None:
+    """Add to ``used`` the file of ``code`` (a function that ran) and the files of the globals it names; for a
+    notebook cell, only the latter."""
+    own = globals_.get("__file__")
+    in_notebook = globals_.get("__name__") == "__main__"
+    if not in_notebook and (own is None or relative(own, root) is None):
+        return  # a library's code: what it names is the library's business
+    if not in_notebook:
+        used.add(own)
+    for name in code.co_names:
+        if name in globals_:
+            used |= _origins(name, globals_[name], definers)
+
+
+def _constant_definers(root: Path = ROOT) -> dict[tuple[str, int], set[str]]:
+    """{(name, id(value)): files} for the module-level values of the checkout's modules that are not modules, classes
+    or functions (prompt lists, tables, default configs): where a constant that a function read may come from. Every
+    module that binds the same object under the same name is kept (``from a import X`` binds it in two), since which
+    one assigned it cannot be told afterwards: a dependency too many, never one too few."""
+    found: dict[tuple[str, int], set[str]] = {}
+    for module in list(sys.modules.values()):
+        file = getattr(module, "__file__", None)
+        if file is None or relative(file, root) is None:
+            continue
+        for name, value in list(vars(module).items()):
+            if not isinstance(value, (types.ModuleType, type, types.FunctionType)) and not _trivial(value):
+                found.setdefault((name, id(value)), set()).add(file)
+    return found
+
+
+def _trivial(value) -> bool:
+    """Values that say nothing about where they come from (None, booleans, small ints, short strings: interned, so
+    every module shares them)."""
+    return value is None or isinstance(value, bool) or (isinstance(value, int) and -5 <= value <= 256) or (
+        isinstance(value, str) and len(value) <= 1)
+
+
+@functools.lru_cache(maxsize=4096)
+def _digest_cached(path: str, mtime_ns: int, size: int) -> str:  # noqa: ARG001  (the key: path, mtime, size)
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def file_digest(path: str | Path) -> str:
+    """SHA-256 of a file's bytes (remembered per path, modification time and size within this process)."""
+    stat = Path(path).stat()
+    return _digest_cached(str(path), stat.st_mtime_ns, stat.st_size)
+
+
+def changed(record: dict[str, str], root: Path = ROOT) -> list[str]:
+    """The files of ``record`` ({file: SHA-256}) whose bytes differ now, or that are gone ("<file> (removed)")."""
+    out = []
+    for path, digest in sorted(record.items()):
+        full = Path(root) / path
+        if not full.is_file():
+            out.append(f"{path} (removed)")
+        elif file_digest(full) != digest:
+            out.append(path)
+    return out
+
+
+def digest_of(record: dict[str, str]) -> str:
+    """One SHA-256 over a record's files and their digests: what a cache key holds for the code."""
+    text = "".join(f"{path}\0{digest}\0" for path, digest in sorted(record.items()))
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def trace_kernel(out: str | Path) -> Trace:
+    """Open a trace for the rest of this process (a notebook's kernel: ``run_notebooks.py`` calls this from an
+    IPython startup file) and write its record, {file: SHA-256}, to ``out`` after every cell, so that the record is
+    whole when the last cell ends however the kernel is shut down."""
+    from IPython import get_ipython
+
+    from .provenance import atomic_write_text
+
+    trace = Trace().__enter__()
+    shell = get_ipython()
+
+    def dump(*_) -> None:
+        atomic_write_text(Path(out), json.dumps(trace.digests(), indent=1, sort_keys=True) + "\n")
+
+    if shell is not None:
+        shell.events.register("post_run_cell", dump)
+    dump()
+    return trace
+
+
+@contextlib.contextmanager
+def untraced():
+    """Pause this thread's tracing for a timed region, so that the tracer's cost (about a tenth of a decode step's
+    host time on a 2-core Zen 1) is not in a timing. Only for a region whose code a warm-up already ran under the
+    trace: what runs only here goes unseen."""
+    if not _STACK or sys.gettrace() is not _on_call:
+        yield
+        return
+    sys.settrace(None)
+    try:
+        yield
+    finally:
+        sys.settrace(_on_call)
+
+
+def timed(round_: int, warmup: int):
+    """``untraced()`` for a timed round (``round_ >= warmup``), nothing for a warm-up round."""
+    return untraced() if round_ >= warmup else contextlib.nullcontext()
