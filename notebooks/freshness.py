@@ -13,7 +13,9 @@ digests and never stales it: its numbers belong to that machine, as the report s
 from __future__ import annotations
 
 import datetime as dt
+import hashlib
 import json
+import subprocess
 from pathlib import Path
 
 from specrepro.core.provenance import atomic_write_text
@@ -88,3 +90,56 @@ def status_lines(rows: list[dict]) -> list[str]:
 def not_fresh(rows: list[dict]) -> list[str]:
     """The runs ``--stale`` reruns."""
     return [row["run"] for row in rows if row["state"] != "fresh"]
+
+
+# ------------------------------------------------------------------ records for runs made before records were kept
+
+
+def blob_digest(revision: str, path: str, root: Path = ROOT) -> str:
+    """SHA-256 of ``path``'s bytes at ``revision`` (git), or "absent at <revision>" where it did not exist."""
+    shown = subprocess.run(["git", "show", f"{revision}:{path}"], cwd=root, capture_output=True)
+    if shown.returncode != 0:
+        return f"absent at {revision[:10]}"
+    return hashlib.sha256(shown.stdout).hexdigest()
+
+
+def backfill(traces: Path, executed: Path, root: Path = ROOT) -> list[str]:
+    """A record for each run in ``executed`` that has none, from the record of the same run in ``traces`` (a smoke
+    run's executed folder: every cell's code path, on tiny settings): that run's list of files, each digested as it
+    was at the commit the executed notebook names. The record says so (``traced``): the next real run of the
+    notebook replaces it with its own trace. Returns the runs given a record."""
+    from artifacts import _REVISION
+
+    done = []
+    for notebook in sorted(Path(executed).glob("*.ipynb")):
+        run = notebook.stem
+        smoke = read_record(traces, run)
+        found = _REVISION.search(notebook.read_text())
+        if read_record(executed, run) is not None or smoke is None or found is None:
+            continue
+        revision = full_revision(found.group(1), root)
+        files = {path: blob_digest(revision, path, root) for path in smoke["files"]}
+        write_record(executed, run, files, notebook=smoke.get("notebook"), made_at=revision, profile=None,
+                     machine=None, traced=f"backfilled: the files a smoke run traced at {smoke['made_at'][:10]}, "
+                                         f"digested as they were at {revision[:10]}, the commit this run names")
+        done.append(run)
+    return done
+
+
+def full_revision(short: str, root: Path = ROOT) -> str:
+    """The full commit id of ``short``."""
+    return subprocess.run(["git", "rev-parse", short], cwd=root, capture_output=True, text=True,
+                          check=True).stdout.strip()
+
+
+if __name__ == "__main__":
+    import argparse
+
+    parser = argparse.ArgumentParser(description="give the executed notebooks made before dependency records were "
+                                                 "kept a record, from a smoke run's traces")
+    parser.add_argument("traces", type=Path, help="a smoke run's executed folder (build/smoke/executed)")
+    parser.add_argument("--executed", type=Path, default=ROOT / "notebooks" / "executed")
+    args = parser.parse_args()
+    if not args.traces.is_dir():
+        parser.error(f"{args.traces} is not a folder")
+    print("\n".join(backfill(args.traces, args.executed)) or "no run needed a record")

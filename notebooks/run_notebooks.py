@@ -439,7 +439,7 @@ def finish(figures: Path, out: Path, executed: Path, done: dict[str, dict], setu
     """After the runs: their timings, the index, the verdicts and the reproduction report; the exit status."""
     figures.mkdir(parents=True, exist_ok=True)
     record_timings(figures, done, setup)
-    md, _ = write_index(figures)
+    md, _ = write_index(figures, executed)
     print(f"index: {md}", flush=True)
     from reproduction import write_verdicts
 

@@ -92,11 +92,11 @@ def _on_audit(event: str, args: tuple) -> None:
         _OPENED[-1].add(path)
 
 
-def relative(path: str | Path, root: Path = ROOT) -> str | None:
+def relative(path: str | Path, root: Path | None = None) -> str | None:
     """``path`` relative to the checkout when it is a file a run can depend on (under ``CODE_ROOTS``, not an output,
     not prose), else None."""
     try:
-        rel = Path(path).resolve().relative_to(root)
+        rel = Path(path).resolve().relative_to(root or ROOT)
     except (ValueError, OSError):
         return None
     text = rel.as_posix()
@@ -120,8 +120,8 @@ def _origins(name: str, value, definers: dict[tuple[str, int], set[str]]) -> set
 class Trace:
     """The files of the checkout that the code run inside ``with Trace():`` used (see the module's docstring)."""
 
-    def __init__(self, root: Path = ROOT):
-        self.root = Path(root)
+    def __init__(self, root: Path | None = None):
+        self.root = Path(root or ROOT)
         self.codes: dict[int, tuple[types.CodeType, dict]] = {}
         self.opened: set[str] = set()
         self.imports: list[tuple[str, types.CodeType, dict]] = []  # (importing module's file, code, its globals)
@@ -203,7 +203,7 @@ def _use(code: types.CodeType, globals_: dict, definers: dict, used: set[str], r
             used |= _origins(name, globals_[name], definers)
 
 
-def _constant_definers(root: Path = ROOT) -> dict[tuple[str, int], set[str]]:
+def _constant_definers(root: Path) -> dict[tuple[str, int], set[str]]:
     """{(name, id(value)): files} for the module-level values of the checkout's modules that are not modules, classes
     or functions (prompt lists, tables, default configs): where a constant that a function read may come from. Every
     module that binds the same object under the same name is kept (``from a import X`` binds it in two), since which
@@ -241,11 +241,11 @@ def file_digest(path: str | Path) -> str:
     return _digest_cached(str(path), stat.st_mtime_ns, stat.st_size)
 
 
-def changed(record: dict[str, str], root: Path = ROOT) -> list[str]:
+def changed(record: dict[str, str], root: Path | None = None) -> list[str]:
     """The files of ``record`` ({file: SHA-256}) whose bytes differ now, or that are gone ("<file> (removed)")."""
     out = []
     for path, digest in sorted(record.items()):
-        full = Path(root) / path
+        full = Path(root or ROOT) / path
         if not full.is_file():
             out.append(f"{path} (removed)")
         elif file_digest(full) != digest:

@@ -97,7 +97,8 @@ from .loaded import Models, weights_digest
 from .peers import LlamaCppPeer, gguf_for
 from .plan import Plan, RunRequest, plan_run
 from .bench_session import cost_context, measure_profiles, profile_n_max, session_info, session_profiles, warn_if_busy
-from .store import RunFolder, record_key, repair_records
+from .cache import BENCH_RECORD, recording, restart_if_code_changed
+from .store import LOCK, RunFolder, record_key, repair_records
 from .variants import BenchConfig, Variant, check_config
 
 __all__ = ["encode_prompts", "run_bench", "run_sweep"]
@@ -508,15 +509,18 @@ def run_bench(config: BenchConfig, out: str | Path, *, target: LoadedModel | Non
         prompts = _bench_prompts(config, prompts, target)  # every prompt checked before a model loads
         if config.threads is not None:
             torch.set_num_threads(config.threads)
-        models = Models(config, target, draft, needs_draft=any(v.method.needs is Needs.DRAFT_MODEL for v in own))
-        config = dataclasses.replace(config, prompt_digest=_digest(prompts), weights_digest=weights_digest(
-            models.target.model, models.draft.model if models.draft else None))
-        check_config(out, config)
-        atomic_write_text(out / "config.json", json.dumps(config.to_dict(), indent=1) + "\n")
-        run = _Run(out, config, models, prompts, drafters)
-        run.start_session()
-        run.measure(progress, on_record, executor)
-        return run.finish()
+        restart_if_code_changed(out, out / BENCH_RECORD, keep=(LOCK,))
+        # code.json: the files this bench ran, warm-ups included (on Ray: what ran in this process)
+        with recording(out / BENCH_RECORD):
+            models = Models(config, target, draft, needs_draft=any(v.method.needs is Needs.DRAFT_MODEL for v in own))
+            config = dataclasses.replace(config, prompt_digest=_digest(prompts), weights_digest=weights_digest(
+                models.target.model, models.draft.model if models.draft else None))
+            check_config(out, config)
+            atomic_write_text(out / "config.json", json.dumps(config.to_dict(), indent=1) + "\n")
+            run = _Run(out, config, models, prompts, drafters)
+            run.start_session()
+            run.measure(progress, on_record, executor)
+            return run.finish()
 
 
 def sweep_cell(base: BenchConfig, out: Path, objects: dict, cell: tuple[float, int]) -> list[dict]:

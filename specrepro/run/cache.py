@@ -13,11 +13,13 @@ what makes it resumable), whereas a memoised function only stores its return val
 
     folder = run_dir("mentored_speed_quality", config, [p.id for p in prompts], code=[notebook_path])
 
-A folder's key covers the whole package unless the caller traces the work that fills it (``traced=True``, then
-``with recording(folder): ...``, as ``StudyCache.bench`` does): then the key covers the configuration and the named
-``code`` files only, and ``code.json`` in the folder lists the files that work used, each with its SHA-256
-(``specrepro.core.deps.Trace``). Opening such a folder again checks them: a changed one empties the folder (said in
-one line), so a change to an unrelated module recomputes nothing, and a change to code the cell ran recomputes it.
+A folder's key covers the whole package unless every piece of work that fills it is traced (``traced=True``): then
+the key covers the configuration and the named ``code`` files only, and each cell of work keeps a record of the files
+it used, each with its SHA-256 (``specrepro.core.deps.Trace``): ``run_bench`` keeps ``code.json`` in its folder,
+``studies.common.cached_json`` keeps ``<file>.code.json`` beside each file. Before a cell is reused its record is
+checked (:func:`outdated`): a changed file recomputes that cell (said in one line), so a change to a module no cell
+ran recomputes nothing. A cell's warm-up runs inside its record, so a timed region that runs untraced
+(``core.deps.untraced``) is still covered by it.
 """
 
 from __future__ import annotations
@@ -38,6 +40,8 @@ from ..core.provenance import atomic_write_text
 from ..engine.disk import cache_root
 
 PACKAGE = Path(__file__).resolve().parents[1]  # specrepro/
+BENCH_RECORD = "code.json"  # in a bench's folder: {file: SHA-256} of what its bench ran
+CODE_SUFFIX = ".code.json"  # beside a cached file: {file: SHA-256} of what computing it ran
 
 
 def _jsonable(value: Any) -> Any:
@@ -93,18 +97,13 @@ def run_dir(name: str, *config: Any, code: Iterable[Path | str] = (), root: Path
     """The cache folder of a run (created): ``<root or cache_root()>/runs/<name>-<key>/``, with ``key.json`` saying
     what the key covers. The caller resumes from what it finds there and writes its progress there; ``fresh``
     empties the folder first (recompute this run even though its key matches). ``traced``: the key leaves the
-    package out, and the folder is emptied when a file its ``code.json`` lists has changed (see the module's
+    package out, for a folder whose every cell keeps and checks a record of the code it ran (the module's
     docstring)."""
     if not name or "/" in name or name.startswith("."):
         raise ValueError(f"a run name is one plain folder name, got {name!r}")
     code = [Path(p).resolve() for p in code]
     folder = (root or cache_root()) / "runs" / f"{name}-{run_key(*config, code=code, package=not traced)}"
-    stale = changed(json.loads((folder / CODE_RECORD).read_text())) if traced and (folder / CODE_RECORD).is_file() \
-        else []
-    if stale:
-        print(f"run cache: {folder.name} recomputed: the code it ran changed ({', '.join(stale[:3])}"
-              f"{', ...' if len(stale) > 3 else ''})", file=sys.stderr)
-    if fresh or stale:
+    if fresh:
         shutil.rmtree(folder, ignore_errors=True)
     folder.mkdir(parents=True, exist_ok=True)
     key_file = folder / "key.json"
@@ -113,22 +112,49 @@ def run_dir(name: str, *config: Any, code: Iterable[Path | str] = (), root: Path
         tmp.write_text(json.dumps({"name": name, "config": json.loads(config_text(*config)),
                                    "package_sha256": None if traced else package_digest(),
                                    "code": [str(p) for p in code],
-                                   "traced": f"the files in {CODE_RECORD}" if traced else None}, indent=1))
+                                   "traced": f"each cell's {BENCH_RECORD} or *{CODE_SUFFIX}" if traced else None},
+                                  indent=1))
         os.replace(tmp, key_file)
     return folder
 
 
-CODE_RECORD = "code.json"  # in a traced run folder: {file: SHA-256} of the code and data its work used
+def outdated(record: Path) -> list[str] | None:
+    """The files of a cell's ``record`` ({file: SHA-256}, :func:`recording`) that changed since; None when there is
+    no record (the cell cannot be checked, so it is not reused)."""
+    try:
+        return changed(json.loads(Path(record).read_text()))
+    except FileNotFoundError:
+        return None
+
+
+def reusable(record: Path, what: str) -> bool:
+    """Whether the cell that ``record`` covers may be reused; when its code changed, says so in one line."""
+    stale = outdated(record)
+    if stale:
+        print(f"run cache: {what} recomputed: the code it ran changed ({', '.join(stale[:3])}"
+              f"{', ...' if len(stale) > 3 else ''})", file=sys.stderr)
+    return stale == []
+
+
+def restart_if_code_changed(folder: Path, record: Path, keep: tuple[str, ...] = ()) -> None:
+    """A folder whose cells share one ``record`` starts again when the code it lists changed: everything in it goes
+    (said in one line) but the run cache's ``key.json`` and ``keep``."""
+    if Path(record).exists() and not reusable(record, Path(folder).name):
+        for path in Path(folder).iterdir():
+            if path.name not in ("key.json", *keep):
+                shutil.rmtree(path) if path.is_dir() else path.unlink()
 
 
 @contextlib.contextmanager
-def recording(folder: Path):
-    """Trace the work done inside the ``with`` (the work that fills ``folder``, a ``traced`` run folder) and add the
-    files it used to ``folder/code.json``, even when the work fails part-way: what it wrote, that code wrote."""
+def recording(record: Path):
+    """Trace the work done inside the ``with`` (one cell of a run folder) and add the files it used to ``record``
+    (JSON {file: SHA-256}), even when the work fails part-way: what it wrote, that code wrote."""
     with Trace() as trace:
         try:
-            yield folder
+            yield record
         finally:
-            record_file = Path(folder) / CODE_RECORD
-            old = json.loads(record_file.read_text()) if record_file.is_file() else {}
-            atomic_write_text(record_file, json.dumps({**old, **trace.digests()}, indent=1, sort_keys=True) + "\n")
+            try:
+                old = json.loads(Path(record).read_text())
+            except FileNotFoundError:
+                old = {}
+            atomic_write_text(Path(record), json.dumps({**old, **trace.digests()}, indent=1, sort_keys=True) + "\n")

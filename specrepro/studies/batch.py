@@ -39,6 +39,7 @@ from ..core.batch_cache import BatchCache
 from ..core.config import DecodeConfig, SamplingConfig
 from ..core.decoding import Clock, model_device
 from ..core.deps import untraced
+from ..run.cache import BENCH_RECORD, outdated, recording, restart_if_code_changed
 from ..run.generate import generate_batch
 from ..metrics.batching import BatchingResult, measure_batching
 from ..engine.models import LoadedModel
@@ -389,28 +390,31 @@ def run_study(config: BatchStudyConfig, target: LoadedModel, draft: LoadedModel 
     file missing; ``cache.fresh`` recomputes."""
     rows = fill_rows(list(prompts), config.rows, config.prompt_tokens)
     folder = cache.dir("cells", config, [pid for pid, _ in rows])
+    record = folder / BENCH_RECORD  # one record for every cell: they share the warm-up that traces the timed code
+    restart_if_code_changed(folder, record)
     context = decode_context(rows, config.max_new_tokens)
     warmed = False
 
     def computed(path, compute):
         nonlocal warmed
-        if not path.exists() and not warmed:
+        if not (path.exists() and outdated(record) == []) and not warmed:
             warm_up(target, draft, rows, config)
             warmed = True
-        return cached_json(path, compute)
+        return cached_json(path, compute, record=record)
 
-    costs = computed(folder / "costs.json", lambda: measure_costs(target, draft, context, config))
-    cells = []
-    for b in config.batches:
-        for g in config.gammas:
-            path = folder / f"cell-b{b}-g{g}.json"
-            cached = path.exists()
-            cells.append(computed(path, lambda: run_cell(target, draft, rows, config, b, g)))
-            if echo:
-                print(f"B = {b:>2}, γ = {g}: {'resumed' if cached else 'measured'} ({path.name})")
+    with recording(record):
+        costs = computed(folder / "costs.json", lambda: measure_costs(target, draft, context, config))
+        cells = []
+        for b in config.batches:
+            for g in config.gammas:
+                path = folder / f"cell-b{b}-g{g}.json"
+                cached = path.exists()
+                cells.append(computed(path, lambda: run_cell(target, draft, rows, config, b, g)))
+                if echo:
+                    print(f"B = {b:>2}, γ = {g}: {'resumed' if cached else 'measured'} ({path.name})")
     study = BatchStudy(config=config, costs=costs, cells=tuple(cells), context_tokens=len(context),
                        folder=str(folder))
-    cached_json(folder / "study.json", study.to_dict)  # the whole run, with its config, in one file
+    cached_json(folder / "study.json", study.to_dict, record=record)  # the whole run, with its config, in one file
     return study
 
 

@@ -21,7 +21,7 @@ from ..run.bench import encode_prompts, run_bench
 from ..run.bench_types import BenchPrompt, BenchResult
 from ..run.variants import BenchConfig
 from ..core.record import median_speedup
-from ..run.cache import recording, run_dir
+from ..run.cache import CODE_SUFFIX, recording, reusable, run_dir
 from ..core.executor import ExecutorConfig, run_cells
 from ..engine.models import LoadedModel
 from ..core.provenance import atomic_write_text
@@ -38,22 +38,21 @@ class StudyCache:
     fresh: bool = False  # True: recompute (delete the matching folder first)
     root: Path | None = None  # the cache root; None: specrepro.run.cache.cache_root()
 
-    def dir(self, part: str, *key: Any, traced: bool = False) -> Path:
-        """The folder of ``part`` under ``key``; ``traced``: keyed without the package, its work to be run inside
-        ``run.cache.recording`` (``specrepro.run.cache``)."""
+    def dir(self, part: str, *key: Any) -> Path:
+        """The folder of ``part`` under ``key`` and the notebook (not the package): everything a study writes there
+        goes through ``run_bench`` or :func:`cached_json`, which keep a record of the code each cell ran and check it
+        before reusing the cell (``specrepro.run.cache``)."""
         name = f"{self.stem}-{part.replace('/', '-')}"
         code = [self.notebook] if self.notebook is not None else []
-        return run_dir(name, *key, code=code, fresh=self.fresh, root=self.root, traced=traced)
+        return run_dir(name, *key, code=code, fresh=self.fresh, root=self.root, traced=True)
 
     def bench(self, name: str, config: BenchConfig, prompts: Sequence[BenchPrompt], *key: Any,
               target: LoadedModel | None = None, draft: LoadedModel | None = None, echo: bool = True) -> BenchResult:
         """One interleaved ``run_bench`` of ``config`` on ``prompts`` in the folder ``dir(name, config, *key,
         prompt ids)``, resumed from what that folder holds."""
-        # keyed by its config and the notebook; the code its bench runs is checked against code.json (run/cache.py)
-        folder = self.dir(name, config, *key, [p.id for p in prompts], traced=True)
+        folder = self.dir(name, config, *key, [p.id for p in prompts])
         t0 = time.perf_counter()
-        with recording(folder):
-            result = run_bench(config, folder, target=target, draft=draft, prompts=list(prompts), progress=False)
+        result = run_bench(config, folder, target=target, draft=draft, prompts=list(prompts), progress=False)
         if echo:
             print(f"bench {name}: {len(result.records)} records in {time.perf_counter() - t0:.0f} s ({folder})")
         return result
@@ -82,12 +81,16 @@ def _bench_job(cache: StudyCache, target: LoadedModel | None, draft: LoadedModel
     return cache.bench(name, config, prompts, *key, target=target, draft=draft, echo=False)
 
 
-def cached_json(path: Path, compute: Callable[[], Any]) -> Any:
+def cached_json(path: Path, compute: Callable[[], Any], record: Path | None = None) -> Any:
     """``compute()``, kept as JSON at ``path`` (written whole or not at all) and read back by a run with the same
-    key: a grid computed one file per point resumes at the first point it has not measured."""
-    if path.exists():
+    key while the code it ran is unchanged: a grid computed one file per point resumes at the first point it has not
+    measured. The code is recorded in ``record`` (default ``<path>.code.json``; a study whose cells share one warm-up
+    names one record for all of them), checked before ``path`` is reused (``run.cache.reusable``)."""
+    record = record or path.with_name(path.name + CODE_SUFFIX)
+    if path.exists() and reusable(record, path.name):
         return json.loads(path.read_text())
-    value = compute()
+    with recording(record):
+        value = compute()
     atomic_write_text(path, json.dumps(value))
     return value
 

@@ -1,0 +1,184 @@
+"""The dependency trace (specrepro/core/deps.py) and the freshness of notebook runs (notebooks/freshness.py).
+
+The tracer is tested on a scratch checkout of modules written here: what ran counts, what was only imported does not,
+a constant or a config class a function read counts its module, an import-time call counts only with the module that
+made it, a data file opened counts and prose never does. Then, on the committed records: which runs one changed file
+stales, for the four cases issue 68 names."""
+from __future__ import annotations
+
+import importlib.util
+import json
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from specrepro.core.deps import Trace, changed, digest_of, untraced
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "notebooks"))
+import freshness  # noqa: E402
+
+MODULES = {
+    "specrepro/used.py": """
+        from specrepro_table import TABLE
+        from specrepro_config import Config
+        def work():
+            return sum(TABLE) + Config().n
+        """,
+    "specrepro/table.py": "TABLE = [1, 2, 3]\n",
+    "specrepro/config.py": """
+        from dataclasses import dataclass
+        @dataclass(frozen=True)
+        class Config:
+            n: int = 4
+        """,
+    "specrepro/only_imported.py": "def never():\n    return 1\n",
+    "specrepro/registry.py": """
+        import specrepro_helper
+        ENTRY = specrepro_helper.build()
+        def lookup():
+            return ENTRY
+        """,
+    "specrepro/helper.py": "def build():\n    return {'x': [1, 2]}\n",
+    "specrepro/registry_unused.py": """
+        import specrepro_helper2
+        ENTRY = specrepro_helper2.build()
+        """,
+    "specrepro/helper2.py": "def build():\n    return {'y': [3, 4]}\n",
+    "specrepro/data.json": "{}\n",
+    "specrepro/README.md": "prose\n",
+    "requirements.lock": "torch==0\n",
+}
+
+
+@pytest.fixture
+def checkout(tmp_path):
+    """A scratch checkout whose modules are imported as ``specrepro_<name>``, from their files under it."""
+    for rel, text in MODULES.items():
+        (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / rel).write_text(textwrap.dedent(text))
+    names = ["table", "config", "used", "only_imported", "helper", "registry", "helper2", "registry_unused"]
+    yield tmp_path, names
+    for name in names:
+        sys.modules.pop(f"specrepro_{name}", None)
+
+
+def load(root: Path, name: str):
+    spec = importlib.util.spec_from_file_location(f"specrepro_{name}", root / "specrepro" / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_what_ran_and_what_it_read_counts_what_was_only_imported_does_not(checkout):
+    root, names = checkout
+    with Trace(root) as trace:
+        modules = {name: load(root, name) for name in names}
+        assert modules["used"].work() == 10
+        assert modules["registry"].lookup() == {"x": [1, 2]}
+        (root / "specrepro" / "data.json").read_text()
+        (root / "specrepro" / "README.md").read_text()
+    files = trace.files()
+    assert "specrepro/used.py" in files  # its function ran
+    assert "specrepro/table.py" in files  # a constant it read
+    assert "specrepro/config.py" in files  # a config class it built (its __init__ is dataclasses')
+    assert "specrepro/registry.py" in files and "specrepro/helper.py" in files  # an import-time call of a used module
+    assert "specrepro/data.json" in files and "requirements.lock" in files
+    assert "specrepro/only_imported.py" not in files  # imported, never called
+    assert "specrepro/registry_unused.py" not in files and "specrepro/helper2.py" not in files  # import-time only
+    assert "specrepro/README.md" not in files  # prose never counts
+
+
+def test_untraced_hides_a_timed_region_and_nested_traces_add_up(checkout):
+    root, names = checkout
+    modules = {name: load(root, name) for name in names}
+    with Trace(root) as outer:
+        with untraced():
+            modules["only_imported"].never()
+        with Trace(root) as inner:
+            modules["used"].work()
+    assert "specrepro/only_imported.py" not in outer.files()
+    assert "specrepro/used.py" in inner.files() and "specrepro/used.py" in outer.files()
+    assert sys.gettrace() is None  # the outermost trace restores what was there
+
+
+def test_changed_names_edited_and_removed_files(checkout):
+    root, names = checkout
+    modules = {name: load(root, name) for name in names}
+    with Trace(root) as trace:
+        modules["used"].work()
+    record = trace.digests()
+    assert changed(record, root) == [] and digest_of(record) == digest_of(trace.digests())
+    (root / "specrepro" / "table.py").write_text("TABLE = [1, 2, 4]\n")
+    (root / "specrepro" / "config.py").unlink()
+    assert changed(record, root) == ["specrepro/config.py (removed)", "specrepro/table.py"]
+
+
+def test_status_fresh_stale_untraced_missing(tmp_path):
+    root, executed = tmp_path / "repo", tmp_path / "executed"
+    (root / "specrepro").mkdir(parents=True)
+    (root / "specrepro" / "a.py").write_text("x = 1\n")
+    executed.mkdir()
+    for run in ("kept", "edited", "old"):
+        (executed / f"{run}.ipynb").write_text("{}")
+    from specrepro.core.deps import file_digest
+
+    for run in ("kept", "edited"):
+        freshness.write_record(executed, run, {"specrepro/a.py": file_digest(root / "specrepro" / "a.py")},
+                               made_at="abc", traced="this run")
+    json_edit = json.loads(freshness.record_path(executed, "edited").read_text())
+    json_edit["files"]["specrepro/a.py"] = "0" * 64
+    freshness.record_path(executed, "edited").write_text(json.dumps(json_edit))
+    rows = {r["run"]: r for r in freshness.status(executed, ["kept", "edited", "old", "never"], root)}
+    assert [rows[r]["state"] for r in ("kept", "edited", "old", "never")] == ["fresh", "stale", "untraced", "missing"]
+    assert rows["edited"]["changed"] == ["specrepro/a.py"]
+    assert freshness.not_fresh(list(rows.values())) == ["edited", "old", "never"]
+    text = "\n".join(freshness.status_lines(list(rows.values())))
+    assert "1 fresh, 1 stale, 1 untraced, 1 missing of 4 run(s)" in text
+
+
+def test_stale_with_nothing_stale_ends_at_once(tmp_path, capsys):
+    """``--stale`` with every run fresh runs nothing and says so (and ``--status`` runs nothing either)."""
+    import run_notebooks
+
+    executed = tmp_path / "executed"
+    executed.mkdir()
+    (executed / "theory_moe.ipynb").write_text("{}")
+    freshness.write_record(executed, "theory_moe", {"requirements.lock": "x"}, made_at="abc", traced="this run")
+    rows = freshness.status(executed, ["theory_moe"])
+    assert rows[0]["state"] == "stale"  # a digest that is not the lock's
+    from specrepro.core.deps import file_digest
+
+    freshness.write_record(executed, "theory_moe", {"requirements.lock": file_digest(ROOT / "requirements.lock")},
+                           made_at="abc", traced="this run")
+    jobs = [(ROOT / "notebooks" / "theory_moe.ipynb", "theory_moe", {})]
+    assert run_notebooks.by_freshness(jobs, executed, status_only=False) == []
+    assert "nothing to run" in capsys.readouterr().out
+
+
+def test_a_cached_cell_is_recomputed_only_when_code_it_ran_changed(checkout, monkeypatch, tmp_path_factory):
+    """A traced run-cache cell (``studies.common.cached_json`` in a ``StudyCache`` folder): reused while nothing
+    changed and after a change to a module it never ran; recomputed after a change to one it ran."""
+    import specrepro.core.deps as deps
+    from specrepro.studies.common import StudyCache, cached_json
+
+    root, names = checkout
+    monkeypatch.setattr(deps, "ROOT", root)
+    modules = {name: load(root, name) for name in names}
+    cache = StudyCache("toy", root=tmp_path_factory.mktemp("cache"))
+    calls = []
+
+    def cell():
+        folder = cache.dir("grid", {"n": 1})
+        return cached_json(folder / "cell.json", lambda: calls.append(1) or modules["used"].work())
+
+    assert cell() == 10 and cell() == 10 and len(calls) == 1  # computed once, then reused
+    (root / "specrepro" / "only_imported.py").write_text("def never():\n    return 2\n")
+    (root / "specrepro" / "README.md").write_text("other prose\n")
+    assert cell() == 10 and len(calls) == 1  # an unrelated module and prose: still reused
+    (root / "specrepro" / "table.py").write_text("TABLE = [1, 2, 3]  # edited\n")
+    assert cell() == 10 and len(calls) == 2  # a constant it read changed: recomputed
+    assert cell() == 10 and len(calls) == 2
