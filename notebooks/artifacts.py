@@ -276,56 +276,35 @@ _REVISION = re.compile(r"git_revision: ([0-9a-f]{7,40})")
 
 def staleness(figures: Path, executed: Path, root: Path) -> list[dict]:
     """Per artifact folder of ``figures``: its marks (STALE, DRAFT), the commit its executed notebook (in
-    ``executed``) names, and the files that changed since. Where the run left a dependency record
-    (``executed/<run>.deps.json``, ``notebooks/freshness.py``), those are the files it used whose bytes differ now
-    ("by": "digest"); else every file of the notebook and of ``CODE`` that git says changed between that commit and
-    HEAD ("by": "commit"). {"folder", "executed", "revision", "changed": [...], "by", "marks": {...}}."""
-    from specrepro.core.deps import changed as changed_files
-
+    ``executed``) names, and the files of that notebook and of ``CODE`` that changed between that commit and HEAD
+    in the checkout ``root``: {"folder", "executed", "revision", "changed": [...], "marks": {...}}."""
     rows = []
     for folder in sorted(p for p in Path(figures).iterdir() if (p / INDEX_NAME).is_file()):
         run = next((nb for nb in sorted(Path(executed).glob("*.ipynb")) if nb.stem.replace("-", "_") == folder.name),
                    None)
         found = _REVISION.search(run.read_text()) if run is not None else None
-        revision, changed, by = (found.group(1) if found else None), [], "commit"
-        record = Path(executed) / f"{run.stem}.deps.json" if run is not None else None
-        if record is not None and record.is_file():
-            changed, by = changed_files(json.loads(record.read_text())["files"], root), "digest"
-        elif revision is not None:
+        revision, changed = (found.group(1) if found else None), []
+        if revision is not None:
             notebook = f"notebooks/{run.stem.split('-')[0]}.ipynb"
             diff = subprocess.run(["git", "diff", "--name-only", revision, "HEAD", "--", notebook, *CODE, NOT_CODE],
                                   cwd=root, capture_output=True, text=True)
             changed = diff.stdout.split() if diff.returncode == 0 else [f"(git cannot compare {revision} with HEAD)"]
         rows.append({"folder": folder.name, "executed": run.name if run else None, "revision": revision,
-                     "changed": changed, "by": by, "marks": marks_of(folder)})
+                     "changed": changed, "marks": marks_of(folder)})
     return rows
 
 
 def staleness_lines(rows: list[dict]) -> list[str]:
-    """The reproduction report's section on where each folder's numbers come from, and on stale artifacts, from
-    :func:`staleness`."""
-    lines = ["## Which run made each folder", "",
-             "Each folder's numbers come from the run of its notebook at the commit named here. A run with a "
-             "dependency record (`notebooks/executed/<run>.deps.json`: the files it used, measured while it ran) is "
-             "judged by those files; one without, by every file of `" + "`, `".join(CODE) + "` that changed after "
-             "its commit (READMEs aside).", "",
-             "| artifacts | made at | state |", "|---|---|---|"]
-    for r in rows:
-        if r["changed"] or r["revision"] is None:
-            state = "stale"
-        elif r["by"] == "digest":
-            state = "made at an earlier commit; the code it ran is unchanged"
-        else:
-            state = "no code it could call changed since"
-        lines.append(f"| `{r['folder']}/` | {(r['revision'] or 'not recorded')[:10]} | {state} |")
-    lines += ["", "## Stale artifacts", "",
-              "An artifact is stale when its notebook's last run failed (STALE), when it was made from a tree with "
-              "uncommitted changes (DRAFT), or when a file its run used changed since (as above): then "
-              "`make figures STALE=1` remakes it.",
-              ""]
+    """The reproduction report's section on stale artifacts, from :func:`staleness`."""
+    lines = ["## Stale artifacts", "",
+             "An artifact is stale when its notebook's last run failed (STALE), when it was made from a tree with "
+             "uncommitted changes (DRAFT), or when the notebook or the code it calls (`" + "`, `".join(CODE) + "`, "
+             "their READMEs aside) changed after the commit its executed notebook names: then "
+             "`make figures ONLY=<notebook>` remakes it.",
+             ""]
     stale = [r for r in rows if r["changed"] or r["marks"] or r["revision"] is None]
     if not stale:
-        return lines + ["None: no file any run used has changed since it ran.", ""]
+        return lines + ["None: every artifact folder's notebook ran at a commit whose code is unchanged at HEAD.", ""]
     lines += ["| artifacts | executed notebook | commit it names | changed since (files) | marks |",
               "|---|---|---|---|---|"]
     for r in stale:
@@ -395,28 +374,8 @@ def collect_verdicts(figures: Path) -> list[dict]:
     return sorted(rows, key=lambda r: r["claim"])
 
 
-def _run_lines(executed: Path | None) -> list[str]:
-    """INDEX.md's section on each notebook run: the commit it ran at and whether it is fresh by its dependency
-    record (``notebooks/freshness.py``)."""
-    if executed is None or not Path(executed).is_dir():
-        return []
-    import freshness
-
-    runs = sorted(p.stem for p in Path(executed).glob("*.ipynb") if not p.name.startswith("."))
-    lines = ["", "## Notebook runs", "",
-             "Each run's commit, and whether the files it used (its `<run>.deps.json`) are unchanged now "
-             "(`make status` says which changed).", "",
-             "| notebook run | made at | freshness | files it used | how they were traced |", "|---|---|---|---|---|"]
-    for row in freshness.status(Path(executed), runs):
-        state = row["state"] + (f" ({len(row['changed'])} changed)" if row["changed"] else "")
-        lines.append(f"| `{row['run']}` | {(row['made_at'] or 'not recorded')[:10]} | {state} | {row['files']} | "
-                     f"{_md(row['traced'] or 'no record')} |")
-    return lines
-
-
-def write_index(figures: Path, executed: Path | None = None) -> tuple[Path, Path]:
-    """Write ``figures/INDEX.md`` and ``figures/index.json`` from the notebooks' own indexes (and, given the executed
-    notebooks' folder, each run's commit and freshness).
+def write_index(figures: Path) -> tuple[Path, Path]:
+    """Write ``figures/INDEX.md`` and ``figures/index.json`` from the notebooks' own indexes.
 
     Files under figures/ that no notebook lists are named at the end, so nothing goes unexplained.
     """
@@ -452,7 +411,6 @@ def write_index(figures: Path, executed: Path | None = None) -> tuple[Path, Path
     lines[5:5] = [f"{len(marked_pngs)} of {len(pngs)} figures draw the document's own number beside ours "
                   "(`plots.document_marker` / `plots.document_line`); tables carry it in a `paper`/`document` "
                   "column.", ""]
-    lines += _run_lines(executed)
     lines += _timing_lines(figures / "timings.json")
     if unlisted:
         lines += ["", "## Files no notebook lists", ""] + [f"- `{p}`" for p in unlisted]

@@ -19,7 +19,7 @@ import subprocess
 from pathlib import Path
 
 from specrepro.core.provenance import atomic_write_text
-from specrepro.core.deps import ROOT, changed
+from specrepro.core.deps import ROOT, changed, digest_of
 
 SUFFIX = ".deps.json"
 
@@ -90,6 +90,99 @@ def status_lines(rows: list[dict]) -> list[str]:
 def not_fresh(rows: list[dict]) -> list[str]:
     """The runs ``--stale`` reruns."""
     return [row["run"] for row in rows if row["state"] != "fresh"]
+
+
+# ------------------------------------------------------------------ runs this machine made
+
+
+def _made_here_file() -> Path:
+    from specrepro.run.cache import cache_root
+
+    return cache_root() / "notebook_runs_made_here.json"
+
+
+def remember(executed: Path, run: str) -> None:
+    """Note in this machine's run cache that it made ``run`` (in ``executed``) from the files its record lists."""
+    record = read_record(executed, run)
+    path = _made_here_file()
+    try:
+        made = json.loads(path.read_text())
+    except (OSError, ValueError):
+        made = {}
+    made[f"{Path(executed).resolve()}::{run}"] = {"files": digest_of(record["files"]), "profile": record["profile"]}
+    atomic_write_text(path, json.dumps(made, indent=1, sort_keys=True) + "\n")
+
+
+def made_here(executed: Path, runs: list[str], profile: str) -> list[str]:
+    """The ``runs`` that this machine made itself (its run cache says so), with this profile, from files that are all
+    unchanged since: a second ``make figures`` keeps them instead of running them again. A fresh machine has made
+    none, so it computes everything."""
+    try:
+        made = json.loads(_made_here_file().read_text())
+    except (OSError, ValueError):
+        return []
+    kept = []
+    for row in status(executed, runs):
+        mine = made.get(f"{Path(executed).resolve()}::{row['run']}")
+        record = read_record(executed, row["run"]) if mine is not None and row["state"] == "fresh" else None
+        if record is not None and mine == {"files": digest_of(record["files"]), "profile": profile}:
+            kept.append(row["run"])
+    return kept
+
+
+# ------------------------------------------------------------------ what the index and the report say of each run
+
+
+def staleness(figures: Path, executed: Path, root: Path = ROOT) -> list[dict]:
+    """``artifacts.staleness`` (per artifact folder: marks, the commit its run names, the files of the notebook and
+    of the code that git says changed since), with the changed files taken from the run's record where it has one:
+    then only the files it used whose bytes differ count ("by": "digest", else "commit")."""
+    from artifacts import staleness as by_commit
+
+    rows = by_commit(figures, executed, root)
+    for row in rows:
+        record = read_record(executed, Path(row["executed"]).stem) if row["executed"] else None
+        row["by"] = "digest" if record is not None else "commit"
+        if record is not None:
+            row["changed"] = changed(record["files"], root)
+    return rows
+
+
+def report_lines(rows: list[dict]) -> list[str]:
+    """The reproduction report's sections on which run made each folder, and on stale artifacts
+    (``artifacts.staleness_lines``), from :func:`staleness`."""
+    from artifacts import staleness_lines
+
+    lines = ["## Which run made each folder", "",
+             "Each folder's numbers come from the run of its notebook at the commit named here. A run with a "
+             "dependency record (`notebooks/executed/<run>.deps.json`: the files it used, measured while it ran) is "
+             "judged by those files' bytes now; one without, by every file of its notebook and the package that git "
+             "says changed after its commit.", "",
+             "| artifacts | made at | state |", "|---|---|---|"]
+    for r in rows:
+        if r["changed"] or r["revision"] is None:
+            state = f"stale: {len(r['changed'])} file(s) it used changed since" if r["changed"] else "stale"
+        elif r["by"] == "digest":
+            state = "made at an earlier commit; the code it ran is unchanged"
+        else:
+            state = "no file it could call changed since"
+        lines.append(f"| `{r['folder']}/` | {(r['revision'] or 'not recorded')[:10]} | {state} |")
+    return lines + [""] + staleness_lines(rows)
+
+
+def index_lines(executed: Path) -> list[str]:
+    """INDEX.md's section on each notebook run: its commit, and whether it is fresh by its record."""
+    runs = sorted(p.stem for p in Path(executed).glob("*.ipynb") if not p.name.startswith("."))
+    lines = ["", "## Notebook runs", "",
+             "Each run's commit, and whether the files it used (its `executed/<run>.deps.json`) are unchanged now "
+             "(`make status` names the ones that changed).", "",
+             "| notebook run | made at | freshness | files it used | how they were traced |", "|---|---|---|---|---|"]
+    for row in status(Path(executed), runs):
+        state = row["state"] + (f" ({len(row['changed'])} changed)" if row["changed"] else "")
+        traced = (row["traced"] or "no record").replace("|", "\\|")
+        lines.append(f"| `{row['run']}` | {(row['made_at'] or 'not recorded')[:10]} | {state} | {row['files']} | "
+                     f"{traced} |")
+    return lines
 
 
 # ------------------------------------------------------------------ records for runs made before records were kept

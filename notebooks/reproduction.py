@@ -452,8 +452,8 @@ def render(rows: list[ReportRow], figures: Path, committed: Path | None, base: P
 def write_reproduction(figures: Path, committed: Path | None, out: Path | None = None,
                        executed: Path | None = None) -> Path:
     """Write ``<figures>/REPRODUCTION.md`` (or ``out``) comparing the run in ``figures`` with ``committed``; with
-    the ``executed`` notebooks' folder, also the artifacts that are stale (``artifacts.staleness``)."""
-    from artifacts import staleness, staleness_lines
+    the ``executed`` notebooks' folder, also which run made each folder and which are stale (``freshness.staleness``)."""
+    from freshness import report_lines, staleness
 
     figures = Path(figures)
     out = Path(out) if out is not None else figures / REPORT_NAME
@@ -461,7 +461,7 @@ def write_reproduction(figures: Path, committed: Path | None, out: Path | None =
     out.parent.mkdir(parents=True, exist_ok=True)
     text = render(rows, figures, committed, out.parent)
     if executed is not None:
-        text += "\n" + "\n".join(staleness_lines(staleness(figures, executed, ROOT)))
+        text += "\n" + "\n".join(report_lines(staleness(figures, executed, ROOT)))
     out.write_text(text)
     return out
 

@@ -182,6 +182,7 @@ def run_one(notebook: Path, parameters: dict, name: str, executed: Path, threads
     freshness.write_record(executed, name, files, notebook=source or str(notebook),
                            made_at=git_revision(ignore=("figures", "notebooks/executed")),
                            profile=parameters.get("profile"), machine=machine(), traced="this run")
+    freshness.remember(executed, name)
     return None
 
 
@@ -311,27 +312,35 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--status", action="store_true",
                         help="print each run as fresh or stale by the files it used (its executed/<run>.deps.json), "
                              "and what changed; run nothing")
+    parser.add_argument("--rerun", action="store_true",
+                        help="run every selected notebook, even one this machine made from files unchanged since "
+                             "(by default such a run is kept)")
     parser.add_argument("--stale", action="store_true",
                         help="run only the runs that are not fresh (stale, untraced or missing); with none, say so "
                              "and stop")
     return parser
 
 
-def by_freshness(jobs: list[tuple[Path, str, dict]], executed: Path, status_only: bool) -> list:
-    """``--status``: print each run's freshness and return no job; ``--stale``: the jobs whose runs are not fresh
-    (none, said, when every run is)."""
-    rows = freshness.status(executed, [name for _, name, _ in jobs])
-    if status_only:
+def by_freshness(jobs: list[tuple[Path, str, dict]], executed: Path, args: argparse.Namespace) -> list:
+    """The jobs to run, by what the runs' records say (``notebooks/freshness.py``). ``--status``: none (each run's
+    freshness printed); ``--stale``: those not fresh; ``--rerun``: all; else all but the runs this machine made with
+    this profile from files unchanged since (a second ``make figures`` with nothing changed runs nothing)."""
+    names = [name for _, name, _ in jobs]
+    if args.status:
         print(f"runs under {executed}, by the files each one used:")
-        print("\n".join(freshness.status_lines(rows)))
+        print("\n".join(freshness.status_lines(freshness.status(executed, names))))
         return []
-    rerun = set(freshness.not_fresh(rows))
-    if not rerun:
-        print(f"nothing to run: all {len(rows)} run(s) under {executed} are fresh (none of the files they used "
-              "changed); make status lists them")
-        return []
-    print(f"--stale: {len(rerun)} of {len(rows)} run(s) are not fresh: {', '.join(sorted(rerun))}")
-    return [job for job in jobs if job[1] in rerun]
+    if args.stale:
+        rerun = set(freshness.not_fresh(freshness.status(executed, names)))
+        print(f"--stale: {len(rerun)} of {len(names)} run(s) are not fresh" + (f": {', '.join(sorted(rerun))}" if rerun
+              else f"; nothing to run (none of the files they used changed; make status lists them)"))
+        return [job for job in jobs if job[1] in rerun]
+    kept = set() if args.rerun else set(freshness.made_here(executed, names, args.profile))
+    if kept:
+        print(f"kept {len(kept)} run(s) this machine made with profile {args.profile} from files unchanged since "
+              f"(--rerun runs them again): {', '.join(sorted(kept))}" + ("; nothing to run" if kept == set(names)
+                                                                          else ""))
+    return [job for job in jobs if job[1] not in kept]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -357,10 +366,9 @@ def main(argv: list[str] | None = None) -> int:
         print("no notebooks found in notebooks/", file=sys.stderr)
         return 1
     jobs = [(nb, name, extra) for nb in notebooks for name, extra in runs_of(nb)]
-    if args.status or args.stale:
-        jobs = by_freshness(jobs, executed, args.status)
-        if not jobs:
-            return 0
+    jobs = by_freshness(jobs, executed, args)
+    if not jobs:
+        return 0
     check_kernel()
     expected = expected_seconds(args.profile, [name for _, name, _ in jobs], figures)
     jobs = schedule(jobs, expected)
@@ -439,7 +447,9 @@ def finish(figures: Path, out: Path, executed: Path, done: dict[str, dict], setu
     """After the runs: their timings, the index, the verdicts and the reproduction report; the exit status."""
     figures.mkdir(parents=True, exist_ok=True)
     record_timings(figures, done, setup)
-    md, _ = write_index(figures, executed)
+    md, _ = write_index(figures)
+    with md.open("a") as handle:  # each run's commit and freshness (notebooks/freshness.py)
+        handle.write("\n".join(freshness.index_lines(executed)) + "\n")
     print(f"index: {md}", flush=True)
     from reproduction import write_verdicts
 

@@ -120,7 +120,7 @@ def test_staleness_names_the_code_changed_since_the_commit_a_notebook_ran(tmp_pa
     (executed / "new.ipynb").write_text(f'"   git_revision: {head}\\n"')
     rows = {r["folder"]: r for r in staleness(figures, executed, repo)}
     assert rows["old"]["changed"] == ["specrepro/a.py"] and rows["new"]["changed"] == []
-    assert "None: no file any run used" in "\n".join(staleness_lines([rows["new"]]))
+    assert "None: every artifact" in "\n".join(staleness_lines([rows["new"]]))
     mark(figures / "new", "STALE.json", reason="the last run of new failed")
     text = "\n".join(staleness_lines(staleness(figures, executed, repo)))
     assert "| `old/` | old.ipynb |" in text and "`specrepro/a.py`" in text

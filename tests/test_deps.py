@@ -155,8 +155,30 @@ def test_stale_with_nothing_stale_ends_at_once(tmp_path, capsys):
     freshness.write_record(executed, "theory_moe", {"requirements.lock": file_digest(ROOT / "requirements.lock")},
                            made_at="abc", traced="this run")
     jobs = [(ROOT / "notebooks" / "theory_moe.ipynb", "theory_moe", {})]
-    assert run_notebooks.by_freshness(jobs, executed, status_only=False) == []
+    args = run_notebooks.build_parser().parse_args(["--stale"])
+    assert run_notebooks.by_freshness(jobs, executed, args) == []
     assert "nothing to run" in capsys.readouterr().out
+
+
+def test_a_second_make_figures_keeps_the_runs_this_machine_made(tmp_path, monkeypatch):
+    """``made_here``: a run this machine made (noted in its run cache) from files unchanged since is kept; another
+    profile, a changed file, or a fresh machine (an empty cache) runs it."""
+    monkeypatch.setenv("SPECREPRO_CACHE", str(tmp_path / "cache"))
+    from specrepro.core.deps import file_digest
+
+    executed = tmp_path / "executed"
+    executed.mkdir()
+    (executed / "theory_moe.ipynb").write_text("{}")
+    lock = file_digest(ROOT / "requirements.lock")
+    freshness.write_record(executed, "theory_moe", {"requirements.lock": lock}, made_at="abc", profile="quick",
+                           traced="this run")
+    assert freshness.made_here(executed, ["theory_moe"], "quick") == []  # a fresh machine: nothing made here
+    freshness.remember(executed, "theory_moe")
+    assert freshness.made_here(executed, ["theory_moe"], "quick") == ["theory_moe"]
+    assert freshness.made_here(executed, ["theory_moe"], "smoke") == []
+    freshness.write_record(executed, "theory_moe", {"requirements.lock": "0" * 64}, made_at="abc", profile="quick",
+                           traced="this run")
+    assert freshness.made_here(executed, ["theory_moe"], "quick") == []
 
 
 def test_a_cached_cell_is_recomputed_only_when_code_it_ran_changed(checkout, monkeypatch, tmp_path_factory):
