@@ -367,8 +367,8 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     jobs = [(nb, name, extra) for nb in notebooks for name, extra in runs_of(nb)]
     jobs = by_freshness(jobs, executed, args)
-    if not jobs:
-        return 0
+    if not jobs:  # the reports still follow the claims and the code, which may have changed: seconds, not runs
+        return 0 if args.status else write_reports(figures, out, executed, [])
     check_kernel()
     expected = expected_seconds(args.profile, [name for _, name, _ in jobs], figures)
     jobs = schedule(jobs, expected)
@@ -447,6 +447,22 @@ def finish(figures: Path, out: Path, executed: Path, done: dict[str, dict], setu
     """After the runs: their timings, the index, the verdicts and the reproduction report; the exit status."""
     figures.mkdir(parents=True, exist_ok=True)
     record_timings(figures, done, setup)
+    write_reports(figures, out, executed, failures)
+    print(f"wall time {clock(total)} for {n_runs} run(s)", flush=True)
+    if failures:
+        print(f"\n{len(failures)} notebook(s) failed:", file=sys.stderr)
+        for failure in failures:
+            print(f"  {failure}", file=sys.stderr)
+        return 1
+    print(f"all {n_runs} notebook run(s) done", flush=True)
+    return 0
+
+
+def write_reports(figures: Path, out: Path, executed: Path, failures: list[str]) -> int:
+    """``figures/INDEX.md`` (with each run's commit and freshness), ``VERDICTS.md`` and ``REPRODUCTION.md`` from
+    what ``figures`` holds; a claim decided twice is added to ``failures``. 1 if any failure, else 0."""
+    if not figures.is_dir():
+        return 0
     md, _ = write_index(figures)
     with md.open("a") as handle:  # each run's commit and freshness (notebooks/freshness.py)
         handle.write("\n".join(freshness.index_lines(executed)) + "\n")
@@ -460,14 +476,7 @@ def finish(figures: Path, out: Path, executed: Path, done: dict[str, dict], setu
     report = reproduction_report(figures, out, executed)
     if report:
         print(f"reproduction report: {report}", flush=True)
-    print(f"wall time {clock(total)} for {n_runs} run(s)", flush=True)
-    if failures:
-        print(f"\n{len(failures)} notebook(s) failed:", file=sys.stderr)
-        for failure in failures:
-            print(f"  {failure}", file=sys.stderr)
-        return 1
-    print(f"all {n_runs} notebook run(s) done", flush=True)
-    return 0
+    return 1 if failures else 0
 
 
 def reproduction_report(figures: Path, out: Path, executed: Path) -> Path | None:

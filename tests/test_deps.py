@@ -204,3 +204,64 @@ def test_a_cached_cell_is_recomputed_only_when_code_it_ran_changed(checkout, mon
     (root / "specrepro" / "table.py").write_text("TABLE = [1, 2, 3]  # edited\n")
     assert cell() == 10 and len(calls) == 2  # a constant it read changed: recomputed
     assert cell() == 10 and len(calls) == 2
+
+
+# ------------------------------------------------------------------ the committed runs' records: what one change stales
+
+EXECUTED = ROOT / "notebooks" / "executed"
+MEASURED = {"batch_speculative", "distillspec_study", "eagle_feature_draft", "medusa_trees", "mentored_speed_quality",
+            "mjsd_joint_decoding", "online_speculative_stream", "online_speculative_stream-sequences",
+            "ppd_parallel_prompt_decoding", "speculative_slides_tables", "survey_mentored_staged_batch"}
+
+
+def committed_records() -> dict[str, dict]:
+    records = {p.name[:-len(freshness.SUFFIX)]: json.loads(p.read_text()) for p in EXECUTED.glob(f"*{freshness.SUFFIX}")}
+    runs = {p.stem for p in EXECUTED.glob("*.ipynb")}
+    assert set(records) == runs, f"executed runs without a dependency record: {sorted(runs - set(records))}"
+    return records
+
+
+def staled_by(path: str) -> set[str]:
+    """The committed runs that a change to ``path`` would stale: ``freshness.status`` on the records, with that one
+    file's recorded digest replaced (as an edit would make it differ)."""
+    stale = set()
+    for run, record in committed_records().items():
+        files = {f: (file_digest(ROOT / f) if (ROOT / f).is_file() else d) for f, d in record["files"].items()}
+        if path in files:
+            files[path] = "edited"
+        if changed(files, ROOT):
+            stale.add(run)
+    return stale
+
+
+def file_digest(path):
+    from specrepro.core.deps import file_digest as digest
+
+    return digest(path)
+
+
+def test_every_committed_run_has_a_record_and_no_prose_in_it():
+    for run, record in committed_records().items():
+        assert record["files"] and not [f for f in record["files"] if f.endswith(".md")], run
+        assert "requirements.lock" in record["files"] and record["notebook"] == f"notebooks/{run.split('-')[0]}.ipynb"
+
+
+def test_a_study_figure_module_stales_only_the_notebook_that_draws_its_figures():
+    assert staled_by("specrepro/studies/ppd_figures.py") == {"ppd_parallel_prompt_decoding"}
+    for module, run in (("eagle_figures", "eagle_feature_draft"), ("mjsd_figures", "mjsd_joint_decoding"),
+                        ("survey_figures", "survey_mentored_staged_batch")):
+        assert staled_by(f"specrepro/studies/{module}.py") == {run}
+
+
+def test_a_simulator_stales_the_notebooks_that_ran_it_and_no_measured_one_that_did_not():
+    assert staled_by("simulations/moe.py") == {"theory_moe"}
+    ppd = staled_by("simulations/ppd.py")
+    assert "theory_ppd" in ppd and not ppd & (MEASURED - {"ppd_parallel_prompt_decoding", "eagle_feature_draft",
+                                                          "medusa_trees"})
+
+
+def test_the_engine_stales_every_measured_notebook_and_documentation_none():
+    assert staled_by("specrepro/engine/llama.py") >= MEASURED
+    assert not staled_by("specrepro/engine/llama.py") & {"theory_moe", "theory_energy"}
+    for prose in ("README.md", "specrepro/engine/README.md", "notebooks/README.md", "docs/gpu-check/README.md"):
+        assert staled_by(prose) == set()

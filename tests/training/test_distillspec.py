@@ -75,6 +75,18 @@ def test_teacher_rows_are_the_targets_distribution_at_each_output_position(pair)
     assert float(ex.tail[len(x):].abs().max()) < 1e-5  # top_k = V keeps all the mass
 
 
+def test_tau_batched_is_tau_one_prompt_at_a_time(pair):
+    """The held-out prompts decoded several rows at once (``eval_batch``) give each prompt the new tokens, target
+    calls, accepted and tested draft tokens of its batch-1 run, at T = 1 (each row seeded as its own run)."""
+    import dataclasses
+
+    target, draft = pair
+    data = study_data()
+    one = ds.measure_tau(target, draft, data, dataclasses.replace(SMALL, eval_batch=1))
+    for batch in (2, 3):
+        assert ds.measure_tau(target, draft, data, dataclasses.replace(SMALL, eval_batch=batch)) == one
+
+
 def test_relative_gain_is_paired_by_prompt():
     base = [{"new_tokens": 10, "target_calls": 5}, {"new_tokens": 12, "target_calls": 4}]
     same = ds.relative_gain(base, base, 100, 0)
