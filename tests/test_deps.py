@@ -215,7 +215,8 @@ MEASURED = {"batch_speculative", "distillspec_study", "eagle_feature_draft", "me
 
 
 def committed_records() -> dict[str, dict]:
-    records = {p.name[:-len(freshness.SUFFIX)]: json.loads(p.read_text()) for p in EXECUTED.glob(f"*{freshness.SUFFIX}")}
+    records = {p.name[:-len(freshness.SUFFIX)]: json.loads(p.read_text())
+               for p in EXECUTED.glob(f"*{freshness.SUFFIX}")}
     runs = {p.stem for p in EXECUTED.glob("*.ipynb")}
     assert set(records) == runs, f"executed runs without a dependency record: {sorted(runs - set(records))}"
     return records
@@ -265,3 +266,28 @@ def test_the_engine_stales_every_measured_notebook_and_documentation_none():
     assert not staled_by("specrepro/engine/llama.py") & {"theory_moe", "theory_energy"}
     for prose in ("README.md", "specrepro/engine/README.md", "notebooks/README.md", "docs/gpu-check/README.md"):
         assert staled_by(prose) == set()
+
+
+def test_a_notebook_run_records_what_its_kernel_ran(tmp_path):
+    """``run_notebooks.run_one`` end to end: the kernel's trace, opened by the IPython startup file before the first
+    cell, lists the simulator the notebook called and the data file it read, and neither a simulator it only imported
+    nor prose it read."""
+    import nbformat
+    import run_notebooks
+
+    nb = nbformat.v4.new_notebook(metadata={"kernelspec": {"name": "python3", "language": "python",
+                                                           "display_name": "Python 3"}})
+    params = nbformat.v4.new_code_cell("out_root = None")
+    params.metadata["tags"] = ["parameters"]
+    body = (f"import sys; sys.path[:0] = [{str(ROOT)!r}]\n"
+            "from simulations import moe, speculative\n"
+            "value = speculative.expected_tokens(0.5, 4)\n"
+            f"open({str(ROOT / 'specrepro' / 'suites' / 'chat.jsonl')!r}).readline()\n"
+            f"open({str(ROOT / 'README.md')!r}).readline()\n")
+    nb.cells = [params, nbformat.v4.new_code_cell(body)]
+    nbformat.write(nb, tmp_path / "toy.ipynb")
+    assert run_notebooks.run_one(tmp_path / "toy.ipynb", {"out_root": str(tmp_path)}, "toy", tmp_path / "executed", 1,
+                                 tmp_path / "figures") is None
+    files = freshness.read_record(tmp_path / "executed", "toy")["files"]
+    assert "simulations/speculative.py" in files and "specrepro/suites/chat.jsonl" in files
+    assert "simulations/moe.py" not in files and "README.md" not in files and "requirements.lock" in files

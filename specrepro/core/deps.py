@@ -8,12 +8,14 @@ line anywhere stale every run. So :class:`Trace` watches the run itself:
   code object; it returns no local tracer, so no line is traced. A file counts when a function defined in it ran
   (a function's file is its module's ``__file__``, so a dataclass's generated ``__init__`` counts for the module
   that declares it), not when it was merely imported: module and class bodies do not count by themselves.
-- **what that code read**: a function that ran names globals (``co_names``); each one that is a module, a class or
-  a function counts its module, and a constant (a prompt list, a default table) counts the module that defines it.
+- **what that code read**: each global name a function that ran (or a notebook cell) reads; each one that is a
+  module, a class or a function counts its module, and a constant (a prompt list, a default table) counts the module
+  that defines it. A name a cell only binds (an import it never uses) does not count.
   A frozen config class used by a function therefore counts even when none of its own methods ran.
 - **files opened**: an audit hook (``sys.addaudithook``, the "open" event, which ``open``, ``io.open`` and
   ``torch.load`` all raise) records data and zoo files under the checkout. A C++ source counts with the headers in
-  its folder, which the compiler reads without Python seeing it.
+  its folder, which the compiler reads without Python seeing it, and a file of a shipped model
+  (``specrepro/zoo/<model>/``) counts its whole folder, whose weights a native library may read unseen.
 
 Only files under :data:`CODE_ROOTS` of the checkout count, and prose never does (``*.md``). What a notebook writes
 (``figures/``, ``notebooks/executed/``) is an output, never a dependency. ``requirements.lock`` always counts. The
@@ -31,6 +33,7 @@ function call while a trace is open; ``tracer_overhead`` in the tests measures i
 from __future__ import annotations
 
 import contextlib
+import dis
 import functools
 import hashlib
 import inspect
@@ -47,15 +50,15 @@ ALWAYS = ("requirements.lock",)  # every package's version: a dependency of ever
 PROSE = (".md",)  # documentation never stales a run
 CODE_SUFFIXES = (".py", ".pyc")  # code is seen by the tracer, not by opening its file
 HEADER_SUFFIXES = (".h", ".hpp", ".cuh")
-
-_STACK: list[dict[int, tuple[types.CodeType, dict]]] = []  # the open traces, innermost last
-_OPENED: list[set[str]] = []  # per open trace: the files opened
-_HOOKED = False
-
+ZOO = "specrepro/zoo"  # the shipped models: a folder each
 
 MACHINERY = frozenset({"__create_fn__"})  # dataclasses' factory, run in the module's globals at class creation
+
+_STACK: list[dict[int, tuple[types.CodeType, dict]]] = []  # per open trace, innermost last: id(code) -> code, globals
+_OPENED: list[set[str]] = []  # per open trace: the files opened
 _IMPORTS: list[list[tuple[str, types.CodeType, dict]]] = []  # per open trace: calls made while a module imported
 _OWN = globals()  # the tracer's own calls are not the run's
+_HOOKED = False
 
 
 def _on_call(frame, event, arg, _stack=_STACK):  # noqa: ARG001  (sys.settrace's signature)
@@ -74,7 +77,8 @@ def _first_sight(frame, code: types.CodeType) -> None:
     while another module's body runs (a registry entry, a table built at import) is kept apart, as a use of that
     module: it counts once that module counts (``Trace.files``), and it is looked at again when it runs later."""
     in_notebook = frame.f_globals.get("__name__") == "__main__"
-    if frame.f_globals is _OWN or code.co_name in MACHINERY or not (code.co_flags & inspect.CO_NEWLOCALS or in_notebook):
+    function = code.co_flags & inspect.CO_NEWLOCALS
+    if frame.f_globals is _OWN or code.co_name in MACHINERY or not (function or in_notebook):
         return
     body = frame.f_back
     while body is not None and body.f_code.co_flags & inspect.CO_NEWLOCALS:
@@ -179,6 +183,9 @@ class Trace:
             used.add(path)
             if path.endswith((".cpp", ".cu", ".c")):
                 used.update(str(p) for p in Path(path).parent.glob("*") if p.suffix in HEADER_SUFFIXES)
+            if (rel := relative(path, self.root)) is not None and rel.startswith(ZOO + "/") and rel.count("/") >= 3:
+                # a shipped model counts whole: a library in native code (safetensors) reads its weights unseen
+                used.update(str(p) for p in Path(path).parent.iterdir() if p.is_file())
         used.discard(__file__)  # the tracer records the run; it is not part of it
         rel = {relative(p, self.root) for p in used}
         rel = {p for p in rel if p is not None and (self.root / p).is_file()}
@@ -198,9 +205,23 @@ def _use(code: types.CodeType, globals_: dict, definers: dict, used: set[str], r
         return  # a library's code: what it names is the library's business
     if not in_notebook:
         used.add(own)
-    for name in code.co_names:
+    for name in _loaded_globals(code):
         if name in globals_:
             used |= _origins(name, globals_[name], definers)
+
+
+_LOADS = frozenset({"LOAD_GLOBAL", "LOAD_NAME"})
+_LOADED: dict[int, tuple[types.CodeType, frozenset[str]]] = {}  # id(code) -> (code, the global names it reads)
+
+
+def _loaded_globals(code: types.CodeType) -> frozenset[str]:
+    """The global names ``code`` reads (not those it only binds, as an import in a notebook cell does), once per
+    code object."""
+    found = _LOADED.get(id(code))
+    if found is None:
+        found = _LOADED[id(code)] = (code, frozenset(i.argval for i in dis.get_instructions(code)
+                                                     if i.opname in _LOADS))
+    return found[1]
 
 
 def _constant_definers(root: Path) -> dict[tuple[str, int], set[str]]:
