@@ -170,6 +170,16 @@ def report_lines(rows: list[dict]) -> list[str]:
     return lines + [""] + staleness_lines(rows)
 
 
+def made_at(rows: list[dict]) -> dict[str, str]:
+    """Artifact folder -> the report's words for the run that made it, from :func:`staleness`: its commit, and
+    whether the code it ran is unchanged since."""
+    def state(r: dict) -> str:
+        if r["changed"] or r["revision"] is None:
+            return "stale"
+        return "unchanged code" if r["by"] == "digest" else "no change since"
+    return {r["folder"]: f"{(r['revision'] or 'no commit recorded')[:10]} ({state(r)})" for r in rows}
+
+
 def index_lines(executed: Path) -> list[str]:
     """INDEX.md's section on each notebook run: its commit, and whether it is fresh by its record."""
     runs = sorted(p.stem for p in Path(executed).glob("*.ipynb") if not p.name.startswith("."))

@@ -416,7 +416,10 @@ def _at_a_glance(rows: list[ReportRow]) -> list[str]:
     return lines + [""]
 
 
-def _document_table(rows: list[ReportRow], document: str, figures: Path, base: Path) -> list[str]:
+def _document_table(rows: list[ReportRow], document: str, figures: Path, base: Path,
+                    made: dict[str, str] | None = None) -> list[str]:
+    """One document's rows; ``made`` (artifact folder -> which run made it, ``freshness.made_at``) adds each row's
+    run."""
     lines = [f"## {document}", "", "| item (artifacts) | document's number | ours | verdict | vs committed |",
              "|---|---|---|---|---|"]
     for r in rows:
@@ -424,7 +427,9 @@ def _document_table(rows: list[ReportRow], document: str, figures: Path, base: P
             continue
         verdict = f"**{r.outcome.verdict}**: {_md(r.outcome.reason)}<br>*criterion:* {_md(r.claim.criterion)}"
         moved = f"**{r.movement}**<br>" + "<br>".join(_md(m.detail) for m in r.movements)
-        lines.append(f"| {_md(r.claim.item)}<br>{_links(r.claim, figures, base)} | "
+        runs = sorted({made[f] for f in {Path(a.csv).parts[0] for a in r.claim.artifacts} if f in (made or {})})
+        run = "".join(f"<br>*made at* {_md(m)}" for m in runs)
+        lines.append(f"| {_md(r.claim.item)}<br>{_links(r.claim, figures, base)}{run} | "
                      f"{_document_cell(r.claim, r.outcome)} | {_md(r.outcome.ours)} | {verdict} | {moved} |")
     return lines + [""]
 
@@ -439,13 +444,15 @@ def _conditions_table(figures: Path) -> list[str]:
     return lines + [""]
 
 
-def render(rows: list[ReportRow], figures: Path, committed: Path | None, base: Path) -> str:
-    """The report's Markdown; links are relative to ``base``, the folder the report is written to."""
+def render(rows: list[ReportRow], figures: Path, committed: Path | None, base: Path,
+           made: dict[str, str] | None = None) -> str:
+    """The report's Markdown; links are relative to ``base``, the folder the report is written to; ``made``: which
+    run made each artifact folder."""
     from specrepro.metrics.verdict import MIN_PROMPTS
     guide = GUIDE.format(min_prompts=MIN_PROMPTS)
     lines = _header(rows, figures, committed) + guide.splitlines() + [""] + _at_a_glance(rows)
     for document in dict.fromkeys(r.claim.document for r in rows):
-        lines += _document_table(rows, document, figures, base)
+        lines += _document_table(rows, document, figures, base, made)
     return "\n".join(lines + _conditions_table(figures))
 
 
@@ -453,15 +460,16 @@ def write_reproduction(figures: Path, committed: Path | None, out: Path | None =
                        executed: Path | None = None) -> Path:
     """Write ``<figures>/REPRODUCTION.md`` (or ``out``) comparing the run in ``figures`` with ``committed``; with
     the ``executed`` notebooks' folder, also which run made each folder and which are stale (``freshness.staleness``)."""
-    from freshness import report_lines, staleness
+    from freshness import made_at, report_lines, staleness
 
     figures = Path(figures)
     out = Path(out) if out is not None else figures / REPORT_NAME
     rows = evaluate(figures, committed)
     out.parent.mkdir(parents=True, exist_ok=True)
-    text = render(rows, figures, committed, out.parent)
-    if executed is not None:
-        text += "\n" + "\n".join(report_lines(staleness(figures, executed, ROOT)))
+    runs = staleness(figures, executed, ROOT) if executed is not None else None
+    text = render(rows, figures, committed, out.parent, made_at(runs) if runs is not None else None)
+    if runs is not None:
+        text += "\n" + "\n".join(report_lines(runs))
     out.write_text(text)
     return out
 

@@ -177,7 +177,7 @@ class Trace:
             pending = [call for call in pending if call[0] not in used]
             for _, code, globals_ in ready:
                 _use(code, globals_, definers, used, self.root)
-        for path in self.opened:
+        for path in set(self.opened):  # a copy: other threads may open files meanwhile
             if path.endswith(CODE_SUFFIXES):
                 continue  # the import system reads every module it imports: code counts when it runs
             used.add(path)
