@@ -15,6 +15,7 @@ from __future__ import annotations
 import datetime as dt
 import hashlib
 import json
+import re
 import subprocess
 from pathlib import Path
 
@@ -22,6 +23,7 @@ from specrepro.core.provenance import atomic_write_text
 from specrepro.core.deps import ROOT, changed, digest_of
 
 SUFFIX = ".deps.json"
+REVISION = re.compile(r"git_revision: ([0-9a-f]{7,40})")  # in an executed notebook's provenance cell (as artifacts')
 
 
 def record_path(executed: Path, run: str) -> Path:
@@ -101,22 +103,27 @@ def _made_here_file() -> Path:
     return cache_root() / "notebook_runs_made_here.json"
 
 
-def remember(executed: Path, run: str) -> None:
-    """Note in this machine's run cache that it made ``run`` (in ``executed``) from the files its record lists."""
-    record = read_record(executed, run)
+def remember(executed: Path, run: str, made: bool = True) -> None:
+    """Note in this machine's run cache that it made ``run`` (in ``executed``) from the files its record lists, or
+    (``made`` False: the run failed, its figures are marked STALE) forget it. A DRAFT run is never noted: a later
+    ``make figures`` from a clean tree makes it again."""
+    record = read_record(executed, run) if made else None
     path = _made_here_file()
     try:
-        made = json.loads(path.read_text())
+        done = json.loads(path.read_text())
     except (OSError, ValueError):
-        made = {}
-    made[f"{Path(executed).resolve()}::{run}"] = {"files": digest_of(record["files"]), "profile": record["profile"]}
-    atomic_write_text(path, json.dumps(made, indent=1, sort_keys=True) + "\n")
+        done = {}
+    key = f"{Path(executed).resolve()}::{run}"
+    done.pop(key, None)
+    if record is not None and not record.get("draft"):
+        done[key] = {"files": digest_of(record["files"]), "profile": record["profile"], "seed": record.get("seed")}
+    atomic_write_text(path, json.dumps(done, indent=1, sort_keys=True) + "\n")
 
 
-def made_here(executed: Path, runs: list[str], profile: str) -> list[str]:
-    """The ``runs`` that this machine made itself (its run cache says so), with this profile, from files that are all
-    unchanged since: a second ``make figures`` keeps them instead of running them again. A fresh machine has made
-    none, so it computes everything."""
+def made_here(executed: Path, runs: list[str], profile: str, seed: int | None = None) -> list[str]:
+    """The ``runs`` that this machine made itself (its run cache says so), with this profile and ``seed``, from files
+    that are all unchanged since: a second ``make figures`` keeps them instead of running them again. A fresh
+    machine has made none, so it computes everything."""
     try:
         made = json.loads(_made_here_file().read_text())
     except (OSError, ValueError):
@@ -125,7 +132,7 @@ def made_here(executed: Path, runs: list[str], profile: str) -> list[str]:
     for row in status(executed, runs):
         mine = made.get(f"{Path(executed).resolve()}::{row['run']}")
         record = read_record(executed, row["run"]) if mine is not None and row["state"] == "fresh" else None
-        if record is not None and mine == {"files": digest_of(record["files"]), "profile": profile}:
+        if record is not None and mine == {"files": digest_of(record["files"]), "profile": profile, "seed": seed}:
             kept.append(row["run"])
     return kept
 
@@ -170,7 +177,7 @@ def report_lines(rows: list[dict]) -> list[str]:
     return lines + [""] + staleness_lines(rows)
 
 
-def made_at(rows: list[dict]) -> dict[str, str]:
+def made_by(rows: list[dict]) -> dict[str, str]:
     """Artifact folder -> the report's words for the run that made it, from :func:`staleness`: its commit, and
     whether the code it ran is unchanged since."""
     def state(r: dict) -> str:
@@ -211,16 +218,17 @@ def backfill(traces: Path, executed: Path, root: Path = ROOT) -> list[str]:
     run's executed folder: every cell's code path, on tiny settings): that run's list of files, each digested as it
     was at the commit the executed notebook names. The record says so (``traced``): the next real run of the
     notebook replaces it with its own trace. Returns the runs given a record."""
-    from artifacts import _REVISION
-
     done = []
     for notebook in sorted(Path(executed).glob("*.ipynb")):
         run = notebook.stem
         smoke = read_record(traces, run)
-        found = _REVISION.search(notebook.read_text())
+        found = REVISION.search(notebook.read_text())
         if read_record(executed, run) is not None or smoke is None or found is None:
             continue
         revision = full_revision(found.group(1), root)
+        if revision is None:
+            print(f"{run}: its commit {found.group(1)} is not in this checkout: no record made")
+            continue
         files = {path: blob_digest(revision, path, root) for path in smoke["files"]}
         write_record(executed, run, files, notebook=smoke.get("notebook"), made_at=revision, profile=None,
                      machine=None, traced=f"backfilled: the files a smoke run traced at {smoke['made_at'][:10]}, "
@@ -229,10 +237,11 @@ def backfill(traces: Path, executed: Path, root: Path = ROOT) -> list[str]:
     return done
 
 
-def full_revision(short: str, root: Path = ROOT) -> str:
-    """The full commit id of ``short``."""
-    return subprocess.run(["git", "rev-parse", short], cwd=root, capture_output=True, text=True,
-                          check=True).stdout.strip()
+def full_revision(short: str, root: Path = ROOT) -> str | None:
+    """The full commit id of ``short``, or None where this checkout has no such commit."""
+    found = subprocess.run(["git", "rev-parse", "--verify", "--quiet", f"{short}^{{commit}}"], cwd=root,
+                           capture_output=True, text=True)
+    return found.stdout.strip() or None
 
 
 if __name__ == "__main__":

@@ -418,7 +418,7 @@ def _at_a_glance(rows: list[ReportRow]) -> list[str]:
 
 def _document_table(rows: list[ReportRow], document: str, figures: Path, base: Path,
                     made: dict[str, str] | None = None) -> list[str]:
-    """One document's rows; ``made`` (artifact folder -> which run made it, ``freshness.made_at``) adds each row's
+    """One document's rows; ``made`` (artifact folder -> which run made it, ``freshness.made_by``) adds each row's
     run."""
     lines = [f"## {document}", "", "| item (artifacts) | document's number | ours | verdict | vs committed |",
              "|---|---|---|---|---|"]
@@ -460,14 +460,14 @@ def write_reproduction(figures: Path, committed: Path | None, out: Path | None =
                        executed: Path | None = None) -> Path:
     """Write ``<figures>/REPRODUCTION.md`` (or ``out``) comparing the run in ``figures`` with ``committed``; with
     the ``executed`` notebooks' folder, also which run made each folder and which are stale (``freshness.staleness``)."""
-    from freshness import made_at, report_lines, staleness
+    from freshness import made_by, report_lines, staleness
 
     figures = Path(figures)
     out = Path(out) if out is not None else figures / REPORT_NAME
     rows = evaluate(figures, committed)
     out.parent.mkdir(parents=True, exist_ok=True)
     runs = staleness(figures, executed, ROOT) if executed is not None else None
-    text = render(rows, figures, committed, out.parent, made_at(runs) if runs is not None else None)
+    text = render(rows, figures, committed, out.parent, made_by(runs) if runs is not None else None)
     if runs is not None:
         text += "\n" + "\n".join(report_lines(runs))
     out.write_text(text)

@@ -143,12 +143,16 @@ def run_one(notebook: Path, parameters: dict, name: str, executed: Path, threads
     os.environ[STAGING_ENV] = str(staging)  # the kernel inherits it: artifacts.Artifacts writes there
     final, partial = executed / f"{name}.ipynb", executed / f".{name}.partial.ipynb"
     traced = staging / "deps.trace.json"  # the kernel's record of the files it used (specrepro.core.deps)
-    os.environ["IPYTHONDIR"] = str(kernel_startup(staging.parent / f".ipython-{name}", traced))
+    ipython = kernel_startup(staging.parent / f".ipython-{name}", traced)
+    os.environ["IPYTHONDIR"] = str(ipython)
+    source = notebook.resolve().relative_to(ROOT).as_posix() if notebook.resolve().is_relative_to(ROOT) else None
+    # (a notebook outside the checkout, as in the tests, is no file a run can depend on); digested before it runs
+    files = {source: file_digest(notebook)} if source is not None else {}
     failure = None
     try:
         pm.execute_notebook(str(notebook), str(partial), parameters=parameters,
                             kernel_name=KERNEL, cwd=str(ROOT), progress_bar=False)
-        files = json.loads(traced.read_text())
+        files.update(json.loads(traced.read_text()))
     except PapermillExecutionError as error:
         kept = Path(tempfile.gettempdir()) / f"{name}.failed.ipynb"
         if partial.exists():
@@ -158,11 +162,12 @@ def run_one(notebook: Path, parameters: dict, name: str, executed: Path, threads
     except BaseException as error:  # kernel death, bad notebook JSON, no trace, Ctrl-C: clean up, report
         partial.unlink(missing_ok=True)
         shutil.rmtree(staging, ignore_errors=True)
+        shutil.rmtree(ipython, ignore_errors=True)
         if isinstance(error, KeyboardInterrupt):
             raise
         failure = f"{notebook.name}: {type(error).__name__}: {error}"
     if failure is not None:
-        shutil.rmtree(Path(os.environ["IPYTHONDIR"]), ignore_errors=True)
+        shutil.rmtree(ipython, ignore_errors=True)
         for folder in {name.replace("-", "_"), *(p.name for p in staging.glob("*") if p.is_dir())}:
             mark(figures / folder, "STALE.json", reason=f"the last run of {name} failed: {failure}")
         shutil.rmtree(staging, ignore_errors=True)
@@ -172,17 +177,17 @@ def run_one(notebook: Path, parameters: dict, name: str, executed: Path, threads
         if draft is not None:
             mark(figures / folder, "DRAFT.json", **draft)
     shutil.rmtree(staging, ignore_errors=True)
-    shutil.rmtree(Path(os.environ["IPYTHONDIR"]), ignore_errors=True)
+    shutil.rmtree(ipython, ignore_errors=True)
     with contextlib.suppress(OSError):
         staging.parent.rmdir()  # once no other run stages there
-    source = notebook.resolve().relative_to(ROOT).as_posix() if notebook.resolve().is_relative_to(ROOT) else None
-    if source is not None:  # (a notebook outside the checkout, as in the tests, is not a file a run can depend on)
-        files[source] = file_digest(notebook)
+    # the old record goes first: a crash between the two steps leaves a run with no record (stale), never a record
+    # that belongs to another run
+    freshness.record_path(executed, name).unlink(missing_ok=True)
     os.replace(partial, final)
     freshness.write_record(executed, name, files, notebook=source or str(notebook),
                            made_at=git_revision(ignore=("figures", "notebooks/executed")),
-                           profile=parameters.get("profile"), machine=machine(), traced="this run")
-    freshness.remember(executed, name)
+                           profile=parameters.get("profile"), seed=parameters.get("seed"), draft=draft is not None,
+                           machine=machine(), traced="this run")
     return None
 
 
@@ -316,8 +321,8 @@ def build_parser() -> argparse.ArgumentParser:
                         help="run every selected notebook, even one this machine made from files unchanged since "
                              "(by default such a run is kept)")
     parser.add_argument("--stale", action="store_true",
-                        help="run only the runs that are not fresh (stale, untraced or missing); with none, say so "
-                             "and stop")
+                        help="run only the runs that are not fresh (stale, untraced or missing); with none, say so, "
+                             "rewrite the index and reports (seconds) and stop")
     return parser
 
 
@@ -335,7 +340,7 @@ def by_freshness(jobs: list[tuple[Path, str, dict]], executed: Path, args: argpa
         print(f"--stale: {len(rerun)} of {len(names)} run(s) are not fresh" + (f": {', '.join(sorted(rerun))}" if rerun
               else f"; nothing to run (none of the files they used changed; make status lists them)"))
         return [job for job in jobs if job[1] in rerun]
-    kept = set() if args.rerun else set(freshness.made_here(executed, names, args.profile))
+    kept = set() if args.rerun else set(freshness.made_here(executed, names, args.profile, args.seed))
     if kept:
         print(f"kept {len(kept)} run(s) this machine made with profile {args.profile} from files unchanged since "
               f"(--rerun runs them again): {', '.join(sorted(kept))}" + ("; nothing to run" if kept == set(names)
@@ -368,7 +373,7 @@ def main(argv: list[str] | None = None) -> int:
     jobs = [(nb, name, extra) for nb in notebooks for name, extra in runs_of(nb)]
     jobs = by_freshness(jobs, executed, args)
     if not jobs:  # the reports still follow the claims and the code, which may have changed: seconds, not runs
-        return 0 if args.status else write_reports(figures, out, executed, [])
+        return 0 if args.status else reports_only(figures, out, executed)
     check_kernel()
     expected = expected_seconds(args.profile, [name for _, name, _ in jobs], figures)
     jobs = schedule(jobs, expected)
@@ -428,6 +433,7 @@ def main(argv: list[str] | None = None) -> int:
                 elapsed = time.perf_counter() - t0
                 finished.add(name)
                 failure = future.result()
+                freshness.remember(executed, name, made=not failure)  # here: the workers would race on the file
                 if failure:
                     failures.append(failure)
                     print(f"    FAILED {name} after {clock(elapsed)}: {failure}", flush=True)
@@ -455,6 +461,15 @@ def finish(figures: Path, out: Path, executed: Path, done: dict[str, dict], setu
             print(f"  {failure}", file=sys.stderr)
         return 1
     print(f"all {n_runs} notebook run(s) done", flush=True)
+    return 0
+
+
+def reports_only(figures: Path, out: Path, executed: Path) -> int:
+    """With no run to make: the index, the verdicts and the report rewritten; 1, said, if that fails."""
+    failures: list[str] = []
+    if write_reports(figures, out, executed, failures):
+        print("\n".join(failures), file=sys.stderr)
+        return 1
     return 0
 
 

@@ -47,6 +47,14 @@ MODULES = {
         ENTRY = specrepro_helper2.build()
         """,
     "specrepro/helper2.py": "def build():\n    return {'y': [3, 4]}\n",
+    "specrepro/sizes.py": "BLOCK = 256\nDEFAULT = 0.5\n",
+    "specrepro/sized.py": """
+        from specrepro_sizes import BLOCK, DEFAULT
+        def blocks(n):
+            return n // BLOCK
+        def scaled(x, factor=DEFAULT):
+            return x * factor
+        """,
     "specrepro/data.json": "{}\n",
     "specrepro/README.md": "prose\n",
     "requirements.lock": "torch==0\n",
@@ -59,7 +67,8 @@ def checkout(tmp_path):
     for rel, text in MODULES.items():
         (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
         (tmp_path / rel).write_text(textwrap.dedent(text))
-    names = ["table", "config", "used", "only_imported", "helper", "registry", "helper2", "registry_unused"]
+    names = ["table", "config", "used", "only_imported", "helper", "registry", "helper2", "registry_unused", "sizes",
+             "sized"]
     yield tmp_path, names
     for name in names:
         sys.modules.pop(f"specrepro_{name}", None)
@@ -291,3 +300,72 @@ def test_a_notebook_run_records_what_its_kernel_ran(tmp_path):
     files = freshness.read_record(tmp_path / "executed", "toy")["files"]
     assert "simulations/speculative.py" in files and "specrepro/suites/chat.jsonl" in files
     assert "simulations/moe.py" not in files and "README.md" not in files and "requirements.lock" in files
+
+
+def test_a_small_constant_and_a_default_value_count_their_module(checkout):
+    root, names = checkout
+    modules = {name: load(root, name) for name in names}
+    with Trace(root) as blocks:
+        modules["sized"].blocks(1024)
+    with Trace(root) as scaled:
+        modules["sized"].scaled(2.0)
+    assert "specrepro/sizes.py" in blocks.files() and "specrepro/sizes.py" in scaled.files()
+
+
+def test_a_cell_counts_what_made_its_inputs_and_a_reused_cell_counts_for_its_reader(checkout, monkeypatch,
+                                                                                       tmp_path_factory):
+    """A cell is handed what code before it made (a model, a table): that code is in its record. A cell read back
+    from the cache counts its record's files for the notebook that reads it."""
+    import specrepro.core.deps as deps
+    from specrepro.studies.common import StudyCache, cached_json
+
+    root, names = checkout
+    monkeypatch.setattr(deps, "ROOT", root)
+    cache = StudyCache("toy", root=tmp_path_factory.mktemp("cache"))
+    with Trace(root) as notebook:  # a notebook's kernel: it imports, then makes the cell's input
+        modules = {name: load(root, name) for name in names}
+        table = modules["registry"].lookup()
+        folder = cache.dir("grid", {"n": 2})
+        cached_json(folder / "cell.json", lambda: len(table["x"]))
+    record = json.loads((folder / "cell.json.code.json").read_text())
+    assert "specrepro/registry.py" in record and "specrepro/helper.py" in record
+    assert "specrepro/registry.py" in notebook.digests()
+    with Trace(root) as reader:  # a later notebook run: the cell is reused, nothing of it runs
+        assert cached_json(folder / "cell.json", lambda: 1 / 0) == 2
+    assert "specrepro/registry.py" in reader.digests()
+
+
+def test_a_cache_folder_with_work_but_no_record_starts_again(tmp_path, capsys):
+    """A run killed before it wrote its record: its work cannot be vouched for, so a traced folder restarts; a
+    bench's own --out folder (no run-cache key) is left alone."""
+    from specrepro.run.cache import BENCH_RECORD, restart_if_code_changed, run_dir
+
+    folder = run_dir("bench", {"n": 1}, root=tmp_path, traced=True)
+    (folder / "records.jsonl").write_text("{}\n")
+    restart_if_code_changed(folder, folder / BENCH_RECORD)
+    assert not (folder / "records.jsonl").exists() and (folder / "key.json").exists()
+    assert "no record of the code it ran" in capsys.readouterr().err
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    (mine / "records.jsonl").write_text("{}\n")
+    restart_if_code_changed(mine, mine / BENCH_RECORD)
+    assert (mine / "records.jsonl").exists()
+
+
+def test_a_file_edited_while_a_trace_is_open_is_never_fresh(checkout):
+    import time
+
+    root, names = checkout
+    modules = {name: load(root, name) for name in names}
+    with Trace(root) as trace:
+        modules["used"].work()
+        time.sleep(0.01)
+        (root / "specrepro" / "table.py").write_text("TABLE = [9]\n")
+    record = trace.digests()
+    assert record["specrepro/table.py"] == deps_edited() and changed(record, root) == ["specrepro/table.py"]
+
+
+def deps_edited() -> str:
+    from specrepro.core.deps import EDITED
+
+    return EDITED

@@ -27,8 +27,9 @@ machine is recorded beside the digests by the caller and never stales a run.
     changed(record)                    # [] while every file is as it was
 
 Traces nest: a cell's trace inside a notebook's sees what ran in the cell; the notebook's sees it too. Code that runs
-in another process (a Ray worker) is traced there, by the cell that runs it. The cost is one Python call per
-function call while a trace is open; ``tracer_overhead`` in the tests measures it.
+in a Ray task is traced on its worker, and what it used comes back with its result to the traces open in the driver
+(``core.executor``). The cost is one Python call per function call while a trace is open (13% of a 64-token AR
+decode on a 2-core Zen 1), so timed regions run ``untraced()`` after a warm-up under the trace.
 """
 from __future__ import annotations
 
@@ -38,8 +39,10 @@ import functools
 import hashlib
 import inspect
 import json
+import os
 import sys
 import threading
+import time
 import types
 from pathlib import Path
 
@@ -57,7 +60,10 @@ MACHINERY = frozenset({"__create_fn__"})  # dataclasses' factory, run in the mod
 _STACK: list[dict[int, tuple[types.CodeType, dict]]] = []  # per open trace, innermost last: id(code) -> code, globals
 _OPENED: list[set[str]] = []  # per open trace: the files opened
 _IMPORTS: list[list[tuple[str, types.CodeType, dict]]] = []  # per open trace: calls made while a module imported
+_TRACES: list["Trace"] = []  # the open traces themselves, innermost last
 _OWN = globals()  # the tracer's own calls are not the run's
+_BOOKKEEPING = {__file__}  # files that record a run and are no part of it (``bookkeeping``)
+EDITED = "modified while the run went on"  # a record's digest for such a file: it never matches, so it stales
 _HOOKED = False
 
 
@@ -104,21 +110,11 @@ def relative(path: str | Path, root: Path | None = None) -> str | None:
     except (ValueError, OSError):
         return None
     text = rel.as_posix()
-    if rel.parts[0] not in CODE_ROOTS or text.endswith(PROSE) or "__pycache__" in rel.parts:
+    if not rel.parts or rel.parts[0] not in CODE_ROOTS or text.endswith(PROSE) or "__pycache__" in rel.parts:
         return None
     if any(text == out or text.startswith(out + "/") for out in OUTPUTS):
         return None
     return text
-
-
-def _origins(name: str, value, definers: dict[tuple[str, int], set[str]]) -> set[str]:
-    """The files of the modules that define ``value``, bound to ``name`` in the globals of a function that ran."""
-    if isinstance(value, types.ModuleType):
-        return {value.__file__} if getattr(value, "__file__", None) else set()
-    if isinstance(value, (type, types.FunctionType)):
-        module = sys.modules.get(getattr(value, "__module__", None) or "")
-        return {module.__file__} if getattr(module, "__file__", None) else set()
-    return definers.get((name, id(value)), set())
 
 
 class Trace:
@@ -129,6 +125,9 @@ class Trace:
         self.codes: dict[int, tuple[types.CodeType, dict]] = {}
         self.opened: set[str] = set()
         self.imports: list[tuple[str, types.CodeType, dict]] = []  # (importing module's file, code, its globals)
+        self.inherited: dict[str, str] = {}  # {file: SHA-256} of work reused, not rerun (``inherit``)
+        self.started = time.time()
+        self._digests: dict[str, str] = {}  # each file's digest when this trace first reported it
         self._saved = None
 
     def __enter__(self) -> "Trace":
@@ -139,25 +138,28 @@ class Trace:
         _STACK.append(self.codes)
         _OPENED.append(self.opened)
         _IMPORTS.append(self.imports)
+        _TRACES.append(self)
         self._saved = (sys.gettrace(), threading.gettrace())
         sys.settrace(_on_call)
         threading.settrace(_on_call)
-        # the frames already running (the caller's) make no new "call" event: count them now
-        frame = sys._getframe(1)
-        while frame is not None:
-            _on_call(frame, "call", None)
-            frame = frame.f_back
+        if len(_STACK) == 1:  # the frames already running make no new "call" event: count them now (a nested
+            frame = sys._getframe(1)  # trace's callers are its outer trace's business)
+            while frame is not None:
+                _on_call(frame, "call", None)
+                frame = frame.f_back
         return self
 
     def __exit__(self, *exc) -> None:
         _STACK.pop()
         _OPENED.pop()
         _IMPORTS.pop()
+        _TRACES.pop()
         if _STACK:  # an outer trace sees what ran in this one
             for key, value in self.codes.items():
                 _STACK[-1].setdefault(key, value)
             _OPENED[-1].update(self.opened)
             _IMPORTS[-1].extend(self.imports)
+            _TRACES[-1].inherited.update(self.inherited)
         else:
             sys.settrace(self._saved[0])
             threading.settrace(self._saved[1])
@@ -166,9 +168,9 @@ class Trace:
         """The checkout's files this trace used, relative to the checkout, sorted (``requirements.lock`` among
         them)."""
         used: set[str] = set()
-        definers = _constant_definers(self.root)
+        index = _ModuleIndex(self.root)
         for code, globals_ in list(self.codes.values()):
-            _use(code, globals_, definers, used, self.root)
+            index.use(code, globals_, used)
         pending = list(self.imports)
         while True:  # an import-time call counts once the module that made it counts
             ready = [call for call in pending if call[0] in used]
@@ -176,7 +178,7 @@ class Trace:
                 break
             pending = [call for call in pending if call[0] not in used]
             for _, code, globals_ in ready:
-                _use(code, globals_, definers, used, self.root)
+                index.use(code, globals_, used)
         for path in set(self.opened):  # a copy: other threads may open files meanwhile
             if path.endswith(CODE_SUFFIXES):
                 continue  # the import system reads every module it imports: code counts when it runs
@@ -186,28 +188,20 @@ class Trace:
             if (rel := relative(path, self.root)) is not None and rel.startswith(ZOO + "/") and rel.count("/") >= 3:
                 # a shipped model counts whole: a library in native code (safetensors) reads its weights unseen
                 used.update(str(p) for p in Path(path).parent.iterdir() if p.is_file())
-        used.discard(__file__)  # the tracer records the run; it is not part of it
+        used -= _BOOKKEEPING  # the tracer and the run cache record a run; they are not part of it
         rel = {relative(p, self.root) for p in used}
         rel = {p for p in rel if p is not None and (self.root / p).is_file()}
         return sorted(rel | set(ALWAYS))
 
     def digests(self) -> dict[str, str]:
-        """{file: SHA-256} of :meth:`files`, as they are now."""
-        return {path: file_digest(self.root / path) for path in self.files()}
-
-
-def _use(code: types.CodeType, globals_: dict, definers: dict, used: set[str], root: Path) -> None:
-    """Add to ``used`` the file of ``code`` (a function that ran) and the files of the globals it names; for a
-    notebook cell, only the latter."""
-    own = globals_.get("__file__")
-    in_notebook = globals_.get("__name__") == "__main__"
-    if not in_notebook and (own is None or relative(own, root) is None):
-        return  # a library's code: what it names is the library's business
-    if not in_notebook:
-        used.add(own)
-    for name in _loaded_globals(code):
-        if name in globals_:
-            used |= _origins(name, globals_[name], definers)
+        """{file: SHA-256} of :meth:`files` and of the files of the work this trace reused (``inherit``). A file is
+        digested once, when it is first reported; one modified after the trace began gets :data:`EDITED` instead of
+        a digest (the code that ran may be its old bytes), so that a record never calls such a run fresh."""
+        for path in self.files():
+            if path not in self._digests:
+                full = self.root / path
+                self._digests[path] = EDITED if full.stat().st_mtime > self.started else file_digest(full)
+        return {**self.inherited, **self._digests}
 
 
 _LOADS = frozenset({"LOAD_GLOBAL", "LOAD_NAME"})
@@ -224,31 +218,64 @@ def _loaded_globals(code: types.CodeType) -> frozenset[str]:
     return found[1]
 
 
-def _constant_definers(root: Path) -> dict[tuple[str, int], set[str]]:
-    """{(name, id(value)): files} for the module-level values of the checkout's modules that are not modules, classes
-    or functions (prompt lists, tables, default configs): where a constant that a function read may come from. Every
-    module that binds the same object under the same name is kept (``from a import X`` binds it in two), since which
-    one assigned it cannot be told afterwards: a dependency too many, never one too few."""
-    found: dict[tuple[str, int], set[str]] = {}
-    for module in list(sys.modules.values()):
-        file = getattr(module, "__file__", None)
-        if file is None or relative(file, root) is None:
-            continue
-        for name, value in list(vars(module).items()):
-            if not isinstance(value, (types.ModuleType, type, types.FunctionType)) and not _trivial(value):
-                found.setdefault((name, id(value)), set()).add(file)
-    return found
+class _ModuleIndex:
+    """What the checkout's imported modules hold, to say where a value a function read was defined: their module-level
+    values that are not modules, classes or functions (prompt lists, tables, default configs), by (name, id) and by
+    id, and their functions and methods by code object (a function's defaults are values it reads too). Every module
+    that binds the same object is kept (``from a import X`` binds it in two), since which one assigned it cannot be
+    told afterwards: a dependency too many, never one too few."""
 
+    def __init__(self, root: Path):
+        self.root = root
+        self.named: dict[tuple[str, int], set[str]] = {}
+        self.by_id: dict[int, set[str]] = {}
+        self.functions: dict[int, types.FunctionType] = {}
+        for module in list(sys.modules.values()):
+            file = getattr(module, "__file__", None)
+            if file is None or relative(file, root) is None:
+                continue
+            for name, value in list(vars(module).items()):
+                if isinstance(value, types.FunctionType):
+                    self.functions[id(value.__code__)] = value
+                elif isinstance(value, type):
+                    for member in list(vars(value).values()):
+                        member = getattr(member, "__func__", member)  # staticmethod, classmethod
+                        if isinstance(member, types.FunctionType):
+                            self.functions[id(member.__code__)] = member
+                elif not isinstance(value, types.ModuleType):
+                    self.named.setdefault((name, id(value)), set()).add(file)
+                    self.by_id.setdefault(id(value), set()).add(file)
 
-def _trivial(value) -> bool:
-    """Values that say nothing about where they come from (None, booleans, small ints, short strings: interned, so
-    every module shares them)."""
-    return value is None or isinstance(value, bool) or (isinstance(value, int) and -5 <= value <= 256) or (
-        isinstance(value, str) and len(value) <= 1)
+    def origins(self, name: str | None, value) -> set[str]:
+        """The files of the modules that define ``value`` (bound to ``name`` in the globals of code that ran; None:
+        a default value, which has no name)."""
+        if isinstance(value, types.ModuleType):
+            return {value.__file__} if getattr(value, "__file__", None) else set()
+        if isinstance(value, (type, types.FunctionType)):
+            module = sys.modules.get(getattr(value, "__module__", None) or "")
+            return {module.__file__} if getattr(module, "__file__", None) else set()
+        return self.named.get((name, id(value)), set()) if name is not None else self.by_id.get(id(value), set())
+
+    def use(self, code: types.CodeType, globals_: dict, used: set[str]) -> None:
+        """Add to ``used`` the file of ``code`` (a function that ran) and the files of the globals it reads and of
+        its default values; for a notebook cell, only those of the globals it reads."""
+        own = globals_.get("__file__")
+        in_notebook = globals_.get("__name__") == "__main__"
+        if not in_notebook and (own is None or relative(own, self.root) is None):
+            return  # a library's code: what it names is the library's business
+        if not in_notebook:
+            used.add(own)
+        for name in _loaded_globals(code):
+            if name in globals_:
+                used |= self.origins(name, globals_[name])
+        function = self.functions.get(id(code))
+        if function is not None and function.__code__ is code:
+            for value in (*(function.__defaults__ or ()), *(function.__kwdefaults__ or {}).values()):
+                used |= self.origins(None, value)
 
 
 @functools.lru_cache(maxsize=4096)
-def _digest_cached(path: str, mtime_ns: int, size: int) -> str:  # noqa: ARG001  (the key: path, mtime, size)
+def _digest_cached(path: str, times_ns: tuple[int, int], size: int) -> str:  # noqa: ARG001  (the cache's key)
     digest = hashlib.sha256()
     with open(path, "rb") as f:
         for block in iter(lambda: f.read(1 << 20), b""):
@@ -257,9 +284,9 @@ def _digest_cached(path: str, mtime_ns: int, size: int) -> str:  # noqa: ARG001 
 
 
 def file_digest(path: str | Path) -> str:
-    """SHA-256 of a file's bytes (remembered per path, modification time and size within this process)."""
+    """SHA-256 of a file's bytes (remembered per path, modification and change times and size in this process)."""
     stat = Path(path).stat()
-    return _digest_cached(str(path), stat.st_mtime_ns, stat.st_size)
+    return _digest_cached(str(path), (stat.st_mtime_ns, stat.st_ctime_ns), stat.st_size)
 
 
 def changed(record: dict[str, str], root: Path | None = None) -> list[str]:
@@ -286,13 +313,13 @@ def trace_kernel(out: str | Path) -> Trace:
     whole when the last cell ends however the kernel is shut down."""
     from IPython import get_ipython
 
-    from .provenance import atomic_write_text
-
     trace = Trace().__enter__()
     shell = get_ipython()
+    out, tmp = Path(out), Path(out).with_suffix(".tmp")
 
     def dump(*_) -> None:
-        atomic_write_text(Path(out), json.dumps(trace.digests(), indent=1, sort_keys=True) + "\n")
+        tmp.write_text(json.dumps(trace.digests(), indent=1, sort_keys=True) + "\n")
+        os.replace(tmp, out)  # whole or not at all
 
     if shell is not None:
         shell.events.register("post_run_cell", dump)
@@ -301,11 +328,11 @@ def trace_kernel(out: str | Path) -> Trace:
 
 
 @contextlib.contextmanager
-def untraced():
-    """Pause this thread's tracing for a timed region, so that the tracer's cost (about a tenth of a decode step's
-    host time on a 2-core Zen 1) is not in a timing. Only for a region whose code a warm-up already ran under the
-    trace: what runs only here goes unseen."""
-    if not _STACK or sys.gettrace() is not _on_call:
+def untraced(active: bool = True):
+    """Pause this thread's tracing for a timed region (``active``), so that the tracer's cost (13% of a 64-token AR
+    decode on a 2-core Zen 1) is not in a timing. Only for a region whose code a warm-up already ran under the same
+    trace: a function that runs only here goes unseen (its file still counts if any other code of it ran)."""
+    if not active or not _STACK or sys.gettrace() is not _on_call:
         yield
         return
     sys.settrace(None)
@@ -317,4 +344,26 @@ def untraced():
 
 def timed(round_: int, warmup: int):
     """``untraced()`` for a timed round (``round_ >= warmup``), nothing for a warm-up round."""
-    return untraced() if round_ >= warmup else contextlib.nullcontext()
+    return untraced(round_ >= warmup)
+
+
+def inherit(record: dict[str, str]) -> None:
+    """Count the files of ``record`` ({file: SHA-256}, a reused cell's) as used by every open trace: work read back
+    from the run cache ran that code, in an earlier process."""
+    if _TRACES:
+        _TRACES[-1].inherited.update(record)
+
+
+def current_files() -> dict[str, str]:
+    """{file: SHA-256} of what the open traces have used so far (none open: nothing): what work started now may rest
+    on, since the models, prompts and tables it is handed were made by that code."""
+    found: dict[str, str] = {}
+    for trace in list(_TRACES):
+        found.update(trace.digests())
+    return found
+
+
+def bookkeeping(file: str) -> None:
+    """Never count ``file`` (a module's ``__file__``) as used: it records runs, as the run cache does, and decides
+    where a result is kept, never what it is."""
+    _BOOKKEEPING.add(file)

@@ -32,6 +32,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from .deps import Trace, inherit
+
 KINDS = ("local", "ray")
 INSTALL_HINT = "pip install 'specrepro[ray]' (or: make venv RAY=1)"
 
@@ -196,9 +198,20 @@ def _task(fn: Callable[[Any], Any], cell: Any, threads: int) -> Any:
     except ImportError:  # a grid without torch
         pass
     try:
-        return fn(cell)
+        with Trace() as trace:  # what the task used comes back with its result (core/deps.py)
+            result = fn(cell)
+        return _Traced(result, trace.digests())
     except Exception as err:
         return _Failure(type(err).__name__, str(err), traceback.format_exc())
+
+
+@dataclass(frozen=True, eq=False)  # (hashed by identity, as a Ray reply is)
+class _Traced:
+    """A Ray task's result with the files of the checkout it used ({file: SHA-256}, ``core.deps.Trace``), which the
+    driver counts for the traces open there."""
+
+    result: Any
+    files: dict
 
 
 def import_ray():
@@ -242,7 +255,8 @@ def _run_ray(fn, cells, executor: ExecutorConfig, progress, on_result) -> list[A
             if isinstance(result, _Failure):
                 raise CellError(i, cells[i], f"{_cell_name(i, cells[i])} failed on a Ray worker: {result.kind}: "
                                              f"{result.message}\n{result.trace}")
-            done[i] = result
+            inherit(result.files)
+            done[i] = result.result
             bar.update(1)
             while flushed in done and on_result is not None and flushed < len(cells):
                 on_result(flushed, done[flushed])

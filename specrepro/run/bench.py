@@ -64,7 +64,6 @@ them in order (``run_bench``, ``run_sweep``).
 """
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import functools
 import hashlib
@@ -327,7 +326,7 @@ class _Run:
         prompt, with their quality scores."""
         batch, v = self.batches[g], next(v for v in self.variants if v.label == label)
         # a dependency trace (core/deps.py) saw this variant's code in its warm-up; it stays out of the timing
-        with untraced() if self.config.warmup_tokens > 0 else contextlib.nullcontext():
+        with untraced(self.config.warmup_tokens > 0):
             if self.config.batch_size == 1:
                 recs, where = [self.run_one(label, batch[0], repeat)], {}
             else:

@@ -16,10 +16,12 @@ what makes it resumable), whereas a memoised function only stores its return val
 A folder's key covers the whole package unless every piece of work that fills it is traced (``traced=True``): then
 the key covers the configuration and the named ``code`` files only, and each cell of work keeps a record of the files
 it used, each with its SHA-256 (``specrepro.core.deps.Trace``): ``run_bench`` keeps ``code.json`` in its folder,
-``studies.common.cached_json`` keeps ``<file>.code.json`` beside each file. Before a cell is reused its record is
-checked (:func:`outdated`): a changed file recomputes that cell (said in one line), so a change to a module no cell
-ran recomputes nothing. A cell's warm-up runs inside its record, so a timed region that runs untraced
-(``core.deps.untraced``) is still covered by it.
+``studies.common.cached_json`` keeps ``<file>.code.json`` beside each file. A record holds what the cell's own work
+ran and opened, and what the traces open around it had used before it began: the models, prompts and tables a cell
+is handed were made by that code. Before a cell is reused its record is checked (:func:`reusable`): a changed file,
+or no record at all, recomputes the cell (said in one line), so a change to a module that nothing before or in the
+cell ran recomputes nothing; a reused cell's files count for the notebook that reads it back. A timed region runs
+untraced (``core.deps.untraced``) after a warm-up that ran the same code inside the record.
 """
 
 from __future__ import annotations
@@ -35,11 +37,12 @@ import sys
 from pathlib import Path
 from typing import Any, Iterable
 
-from ..core.deps import Trace, changed
+from ..core.deps import Trace, bookkeeping, changed, current_files, inherit
 from ..core.provenance import atomic_write_text
 from ..engine.disk import cache_root
 
 PACKAGE = Path(__file__).resolve().parents[1]  # specrepro/
+bookkeeping(__file__)  # where a result is kept, never what it is: no run's record lists this file
 BENCH_RECORD = "code.json"  # in a bench's folder: {file: SHA-256} of what its bench ran
 CODE_SUFFIX = ".code.json"  # beside a cached file: {file: SHA-256} of what computing it ran
 
@@ -128,33 +131,53 @@ def outdated(record: Path) -> list[str] | None:
 
 
 def reusable(record: Path, what: str) -> bool:
-    """Whether the cell that ``record`` covers may be reused; when its code changed, says so in one line."""
+    """Whether the cell that ``record`` covers may be reused (its record exists and every file in it is unchanged);
+    when its code changed, says so in one line. A reused cell's files count for the traces open now
+    (``core.deps.inherit``): the notebook that reads it back depends on them too."""
     stale = outdated(record)
     if stale:
         print(f"run cache: {what} recomputed: the code it ran changed ({', '.join(stale[:3])}"
               f"{', ...' if len(stale) > 3 else ''})", file=sys.stderr)
+    if stale == []:
+        inherit(json.loads(Path(record).read_text()))
     return stale == []
 
 
 def restart_if_code_changed(folder: Path, record: Path, keep: tuple[str, ...] = ()) -> None:
-    """A folder whose cells share one ``record`` starts again when the code it lists changed: everything in it goes
-    (said in one line) but the run cache's ``key.json`` and ``keep``."""
-    if Path(record).exists() and not reusable(record, Path(folder).name):
-        for path in Path(folder).iterdir():
-            if path.name not in ("key.json", *keep):
-                shutil.rmtree(path) if path.is_dir() else path.unlink()
+    """A run-cache folder keyed without the package (``run_dir(traced=True)``) whose cells share one ``record``
+    starts again when it holds work that the record does not vouch for: a file the record lists changed, or there is
+    no record (a run killed before writing it). Everything goes (said in one line) but ``key.json`` and ``keep``.
+    Any other folder (a bench's ``--out`` of the user's) is left as it is."""
+    folder = Path(folder)
+    try:
+        traced = json.loads((folder / "key.json").read_text()).get("traced")
+    except (FileNotFoundError, ValueError):
+        traced = None
+    work = [p for p in folder.iterdir() if p.name not in ("key.json", *keep)] if folder.is_dir() else []
+    if traced and work and not reusable(record, folder.name):
+        if outdated(record) is None:
+            print(f"run cache: {folder.name} recomputed: it has no record of the code it ran", file=sys.stderr)
+        for path in work:
+            shutil.rmtree(path) if path.is_dir() else path.unlink()
 
 
 @contextlib.contextmanager
 def recording(record: Path):
-    """Trace the work done inside the ``with`` (one cell of a run folder) and add the files it used to ``record``
-    (JSON {file: SHA-256}), even when the work fails part-way: what it wrote, that code wrote."""
-    with Trace() as trace:
-        try:
-            yield record
-        finally:
+    """Trace the work done inside the ``with`` (one cell of a run folder) and write to ``record`` (JSON {file:
+    SHA-256}) the files it used, with those that the traces open around it had used before it began (the models and
+    inputs it is handed were made by that code) and, still unchanged, those ``record`` held already (the work it
+    resumes). Written even when the work fails part-way: what it wrote, that code wrote."""
+    files = current_files()
+    try:
+        old = {f: d for f, d in json.loads(Path(record).read_text()).items() if not changed({f: d})}
+    except FileNotFoundError:
+        old = {}
+    try:
+        with Trace() as trace:
+            trace.inherited.update(old)
             try:
-                old = json.loads(Path(record).read_text())
-            except FileNotFoundError:
-                old = {}
-            atomic_write_text(Path(record), json.dumps({**old, **trace.digests()}, indent=1, sort_keys=True) + "\n")
+                yield record
+            finally:
+                files.update(trace.digests())
+    finally:
+        atomic_write_text(Path(record), json.dumps(files, indent=1, sort_keys=True) + "\n")

@@ -39,7 +39,7 @@ from ..core.batch_cache import BatchCache
 from ..core.config import DecodeConfig, SamplingConfig
 from ..core.decoding import Clock, model_device
 from ..core.deps import untraced
-from ..run.cache import BENCH_RECORD, outdated, recording, restart_if_code_changed
+from ..run.cache import BENCH_RECORD, recording, restart_if_code_changed
 from ..run.generate import generate_batch
 from ..metrics.batching import BatchingResult, measure_batching
 from ..engine.models import LoadedModel
@@ -397,7 +397,7 @@ def run_study(config: BatchStudyConfig, target: LoadedModel, draft: LoadedModel 
 
     def computed(path, compute):
         nonlocal warmed
-        if not (path.exists() and outdated(record) == []) and not warmed:
+        if not path.exists() and not warmed:  # (restart_if_code_changed left only cells the record vouches for)
             warm_up(target, draft, rows, config)
             warmed = True
         return cached_json(path, compute, record=record)

@@ -86,9 +86,12 @@ def cached_json(path: Path, compute: Callable[[], Any], record: Path | None = No
     key while the code it ran is unchanged: a grid computed one file per point resumes at the first point it has not
     measured. The code is recorded in ``record`` (default ``<path>.code.json``; a study whose cells share one warm-up
     names one record for all of them), checked before ``path`` is reused (``run.cache.reusable``)."""
+    own = record is None  # a record of its own, which nothing else vouches for once it is stale
     record = record or path.with_name(path.name + CODE_SUFFIX)
     if path.exists() and reusable(record, path.name):
         return json.loads(path.read_text())
+    if own:
+        record.unlink(missing_ok=True)
     with recording(record):
         value = compute()
     atomic_write_text(path, json.dumps(value))
