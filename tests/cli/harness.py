@@ -28,7 +28,7 @@ from tests.cli.cases import Case, Folder, ModelCopy, jsonl
 
 TIMEOUT = 300  # seconds for any one command
 POLL = 0.02
-RUN_FILES = {"config.json", "provenance.json", "records.jsonl", "summary.csv", ".lock"}
+RUN_FILES = {"config.json", "provenance.json", "records.jsonl", "summary.csv", "code.json", ".lock"}
 
 BUILD = r"""
 import json, sys
@@ -396,10 +396,11 @@ def keys_problems(out: Path, n: int) -> list[str]:
 
 
 def folder_problems(out: Path, damaged: bool = False) -> list[str]:
-    """A finished run's folder: its four files, and nothing but RUN_FILES (and records.jsonl.damaged-*)."""
+    """A finished run's folder: its five files (code.json: the files the bench ran, specrepro/run/cache.py), and
+    nothing but RUN_FILES (and records.jsonl.damaged-*)."""
     names = {p.name for p in out.iterdir()} if out.is_dir() else set()
     stray = sorted(n for n in names - RUN_FILES if not (damaged and n.startswith("records.jsonl.damaged-")))
-    missing = sorted({"config.json", "provenance.json", "records.jsonl", "summary.csv"} - names)
+    missing = sorted({"config.json", "provenance.json", "records.jsonl", "summary.csv", "code.json"} - names)
     return ([f"stray files in the run folder: {stray}"] if stray else []) + (
         [f"missing from the run folder: {missing}"] if missing else [])
 
