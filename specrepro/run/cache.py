@@ -37,7 +37,7 @@ import sys
 from pathlib import Path
 from typing import Any, Iterable
 
-from ..core.deps import Trace, bookkeeping, changed, current_files, inherit
+from ..core.deps import Trace, bookkeeping, changed, current_files, file_digest, inherit
 from ..core.provenance import atomic_write_text
 from ..engine.disk import cache_root
 
@@ -67,21 +67,13 @@ def config_text(*config: Any) -> str:
     return json.dumps(_jsonable(list(config)), sort_keys=True, separators=(",", ":"))
 
 
-def _file_digest(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
-
-
 @functools.lru_cache(maxsize=None)
 def package_digest() -> str:
     """SHA-256 over every file of the package (path and content), caches and bytecode excluded."""
     digest = hashlib.sha256()
     for path in sorted(PACKAGE.rglob("*")):
         if path.is_file() and "__pycache__" not in path.parts and path.suffix != ".pyc":
-            digest.update(f"{path.relative_to(PACKAGE)}\0{_file_digest(path)}\0".encode())
+            digest.update(f"{path.relative_to(PACKAGE)}\0{file_digest(path)}\0".encode())
     return digest.hexdigest()
 
 
@@ -91,7 +83,7 @@ def run_key(*config: Any, code: Iterable[Path | str] = (), package: bool = True)
     if package:
         digest.update(package_digest().encode())
     for path in code:
-        digest.update(_file_digest(Path(path)).encode())
+        digest.update(file_digest(Path(path)).encode())
     return digest.hexdigest()[:16]
 
 
