@@ -6,11 +6,12 @@ Notation (docs/notation.md): B = rows at once, γ = draft tokens per step, α = 
 c = draft/target cost ratio of one forward, β(B, n) = L(B, n) / L(B, 1) = what scoring n tokens in each of B rows
 costs relative to one token in each (``metrics.batching``).
 
-What one cell (B, γ) runs. The suite's prompts are cycled to ``rows`` prompt rows (row r is prompt r mod P), the same
-rows at every B; a cell decodes them in rows / B batches of B. For each batch, in turn: one batched prefill of its
-prompts, timed alone (``prefill_s``), then batched AR and every speculative method on the same B prompts
-(``generate.generate_batch``), the methods' order rotated from batch to batch, so that machine drift hits every
-method alike. Greedy (T = 0) and no stop at EOS: every row writes ``max_new_tokens`` tokens, so B stays B through an
+What one batch size B runs. The suite's prompts are cycled to ``rows`` prompt rows (row r is prompt r mod P), the
+same rows at every B, decoded in rows / B batches of B. For each batch, in turn: one batched prefill of its prompts,
+timed alone (``prefill_s``), then batched AR once and every speculative method at every γ on the same B prompts
+(``generate.generate_batch``), the runs' order rotated from batch to batch, so that machine drift hits every run
+alike. Neither the prefill nor AR depends on γ, so the cells (B, γ) of one B share them: a cell is AR's runs and the
+timed prefill of its B beside the methods' runs at its γ. Greedy (T = 0) and no stop at EOS: every row writes ``max_new_tokens`` tokens, so B stays B through an
 AR run, and a lossless method's rows must equal AR's token for token (``identical_to_ar``).
 
 The prediction (survey blog, seed 004, *Batch Size*)::
@@ -149,26 +150,30 @@ def row_summary(rec: GenerationRecord, prompt_id: str) -> dict:
             "batch_wall_time_s": rec.provenance.get("batch", {}).get("wall_time_s")}
 
 
-def run_cell(target: LoadedModel, draft: LoadedModel | None, rows: Sequence[tuple[str, list[int]]],
-             config: BatchStudyConfig, batch: int, gamma: int) -> dict:
-    """Cell (B, γ): the rows in batches of B; per batch its timed prefill, then AR and each method on it, the order
-    rotated per batch. Returns {"batch", "gamma", "batches": [{"prompt_ids", "prefill_s", "runs": {method: [row
-    summaries]}}]}."""
-    labels = (AR, *config.methods)
-    out = []
+def run_batch_size(target: LoadedModel, draft: LoadedModel | None, rows: Sequence[tuple[str, list[int]]],
+                   config: BatchStudyConfig, batch: int) -> list[dict]:
+    """The cells (B, γ) of one B, γ as in ``config.gammas``: the rows in batches of B; per batch its timed prefill,
+    AR once and each method at each γ, the order rotated per batch. Returns one cell per γ, {"batch", "gamma",
+    "batches": [{"prompt_ids", "prefill_s", "runs": {method: [row summaries]}}]}, the prefill and AR's runs the
+    same in each."""
+    runs = [(AR, min(config.gammas)), *((m, g) for g in config.gammas for m in config.methods)]
+    chunks = []
     for j in range(0, len(rows), batch):
         chunk = rows[j:j + batch]
         ids = [list(p) for _, p in chunk]
-        runs: dict[str, list[dict]] = {}
-        k = (j // batch) % len(labels)
+        done: dict[tuple[str, int], list[dict]] = {}
+        k = (j // batch) % len(runs)
         with untraced():  # timed: a dependency trace (core/deps.py) saw this code in run_study's warm-up
             prefill = time_prefill(target.model, ids)
-            for label in labels[k:] + labels[:k]:  # rotated: no method always runs first after the prefill
+            for label, gamma in runs[k:] + runs[:k]:  # rotated: no run always comes first after the prefill
                 records = generate_batch(target, ids, config.decode(label, gamma),
                                          draft=draft if label == "speculative" else None)
-                runs[label] = [row_summary(rec, pid) for rec, (pid, _) in zip(records, chunk)]
-        out.append({"prompt_ids": [pid for pid, _ in chunk], "prefill_s": prefill, "runs": runs})
-    return {"batch": batch, "gamma": gamma, "batches": out}
+                done[label, gamma] = [row_summary(rec, pid) for rec, (pid, _) in zip(records, chunk)]
+        chunks.append(([pid for pid, _ in chunk], prefill, done))
+    return [{"batch": batch, "gamma": g, "batches": [
+        {"prompt_ids": pids, "prefill_s": prefill,
+         "runs": {AR: done[runs[0]], **{m: done[m, g] for m in config.methods}}} for pids, prefill, done in chunks]}
+        for g in config.gammas]
 
 
 def warm_up(target: LoadedModel, draft: LoadedModel | None, rows: Sequence[tuple[str, list[int]]],
@@ -292,7 +297,8 @@ def speedup_rows(cells: Sequence[dict], costs: dict) -> list[dict]:
 
 
 def throughput_rows(cells: Sequence[dict]) -> list[dict]:
-    """Fig. (b): tokens/s and latency per token per row of every method (AR once per cell) at every (B, γ)."""
+    """Fig. (b): tokens/s and latency per token per row of every method at every (B, γ) (AR's row the same at
+    every γ of a B: one run, shared)."""
     return [{k: v for k, v in method_row(cell, label).items() if k != "prompt_ids"}
             for cell in cells for label in cell["batches"][0]["runs"]]
 
@@ -300,7 +306,7 @@ def throughput_rows(cells: Sequence[dict]) -> list[dict]:
 def table1_rows(cells: Sequence[dict], costs: dict) -> list[dict]:
     """Fig. (c), the MJSD paper's Table 1 on our runs: per B, batched AR's wall time per decode step at B over at 1
     (``method_row``'s decode step: the prefill, which grows with B's prompts, apart), the median over the cells' γ (AR does not
-    depend on γ; each cell runs it anew); the wall time per step with the prefill spread over the steps, as the
+    depend on γ: the cells of one B share its runs, so the median is their value); the wall time per step with the prefill spread over the steps, as the
     paper's Time/run counts it; the same ratio of the raw one-token forward (``metrics.batching``, same context); per
     input (÷ B); and the paper's Time/run at b over at 1 where Table 1 has the b."""
     target = BatchingResult.from_dict(costs["target"])
@@ -375,7 +381,7 @@ class BatchStudy:
 
     config: BatchStudyConfig
     costs: dict  # {"target": BatchingResult dict, "draft": BatchingResult dict | None}
-    cells: tuple[dict, ...]  # run_cell outputs, B ascending then γ
+    cells: tuple[dict, ...]  # run_batch_size outputs, B ascending then γ
     context_tokens: int  # L of the cost measurement
     folder: str  # where it is kept in the run cache
 
@@ -385,7 +391,7 @@ class BatchStudy:
 
 def run_study(config: BatchStudyConfig, target: LoadedModel, draft: LoadedModel | None,
               prompts: Sequence[tuple[str, list[int]]], cache: StudyCache, echo: bool = True) -> BatchStudy:
-    """The costs, then every cell (B ascending, γ within), each kept as one JSON file in the run-cache folder
+    """The costs, then every B's cells (B ascending, γ within), each B kept as one JSON file in the run-cache folder
     ``cache.dir("cells", config, prompt ids)``: a run with the same config, prompts and code resumes at the first
     file missing; ``cache.fresh`` recomputes."""
     rows = fill_rows(list(prompts), config.rows, config.prompt_tokens)
@@ -406,12 +412,11 @@ def run_study(config: BatchStudyConfig, target: LoadedModel, draft: LoadedModel 
         costs = computed(folder / "costs.json", lambda: measure_costs(target, draft, context, config))
         cells = []
         for b in config.batches:
-            for g in config.gammas:
-                path = folder / f"cell-b{b}-g{g}.json"
-                cached = path.exists()
-                cells.append(computed(path, lambda: run_cell(target, draft, rows, config, b, g)))
-                if echo:
-                    print(f"B = {b:>2}, γ = {g}: {'resumed' if cached else 'measured'} ({path.name})")
+            path = folder / f"cells-b{b}.json"
+            cached = path.exists()
+            cells.extend(computed(path, lambda: run_batch_size(target, draft, rows, config, b)))
+            if echo:
+                print(f"B = {b:>2}, γ in {config.gammas}: {'resumed' if cached else 'measured'} ({path.name})")
     study = BatchStudy(config=config, costs=costs, cells=tuple(cells), context_tokens=len(context),
                        folder=str(folder))
     cached_json(folder / "study.json", study.to_dict, record=record)  # the whole run, with its config, in one file

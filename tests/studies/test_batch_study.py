@@ -106,6 +106,16 @@ def test_a_cell_runs_every_method_on_the_same_prompts(run):
         assert (r["c"] == 0) == (r["method"] == "prompt-lookup")
 
 
+def test_the_cells_of_one_batch_size_share_the_prefill_and_ar(run):
+    _, _, _, result = run
+    for b in (1, 2):
+        g1, g2 = (c for c in result.cells if c["batch"] == b)
+        for x, y in zip(g1["batches"], g2["batches"]):
+            assert x["prefill_s"] == y["prefill_s"] and x["runs"]["ar"] == y["runs"]["ar"]  # one AR run, not two
+            for cell, runs in ((g1, x["runs"]), (g2, y["runs"])):  # each method ran at its cell's γ
+                assert max(n for r in runs["speculative"] for n in r["proposed_lengths"]) == cell["gamma"]
+
+
 def test_method_row_counts(run):
     _, _, _, result = run
     cell = result.cells[2]  # B = 2, γ = 1: one batch of both rows
@@ -134,7 +144,7 @@ def test_resume_reads_the_cells_back(run, monkeypatch):
 
     def fail(*_, **__):
         raise AssertionError("a resumed study measured again")
-    monkeypatch.setattr(study, "run_cell", fail)
+    monkeypatch.setattr(study, "run_batch_size", fail)
     monkeypatch.setattr(study, "measure_costs", fail)
     again = study.run_study(config(), target, draft, PROMPTS, cache, echo=False)
     assert again.cells == result.cells and again.folder == result.folder
