@@ -51,6 +51,7 @@ CODE_ROOTS = ("specrepro", "simulations", "notebooks")  # where a run's code and
 OUTPUTS = ("notebooks/executed",)  # what notebooks write: never a dependency
 ALWAYS = ("requirements.lock",)  # every package's version: a dependency of every run
 PROSE = (".md",)  # documentation never stales a run
+_ROOT_TEXT = os.fspath(ROOT)
 CODE_SUFFIXES = (".py", ".pyc")  # code is seen by the tracer, not by opening its file
 HEADER_SUFFIXES = (".h", ".hpp", ".cuh")
 ZOO = "specrepro/zoo"  # the shipped models: a folder each
@@ -59,7 +60,8 @@ MACHINERY = frozenset({"__create_fn__"})  # dataclasses' factory, run in the mod
 
 _STACK: list[dict[int, tuple[types.CodeType, dict]]] = []  # per open trace, innermost last: id(code) -> code, globals
 _OPENED: list[set[str]] = []  # per open trace: the files opened
-_IMPORTS: list[list[tuple[str, types.CodeType, dict]]] = []  # per open trace: calls made while a module imported
+_IMPORTS: list[dict[tuple[str, int], tuple[types.CodeType, dict]]] = []  # per open trace: calls made while a module
+# imported, once per (importing module's file, id(code))
 _TRACES: list["Trace"] = []  # the open traces themselves, innermost last
 _OWN = globals()  # the tracer's own calls are not the run's
 _BOOKKEEPING = {__file__}  # files that record a run and are no part of it (``bookkeeping``)
@@ -91,7 +93,7 @@ def _first_sight(frame, code: types.CodeType) -> None:
         body = body.f_back  # the nearest module (or class) body below this call
     importing = body.f_globals.get("__file__") if body is not None else None
     if importing is not None and body.f_globals.get("__name__") != "__main__":
-        _IMPORTS[-1].append((importing, code, frame.f_globals))
+        _IMPORTS[-1].setdefault((importing, id(code)), (code, frame.f_globals))
         return
     _STACK[-1][id(code)] = (code, frame.f_globals)
 
@@ -105,8 +107,16 @@ def _on_audit(event: str, args: tuple) -> None:
 def relative(path: str | Path, root: Path | None = None) -> str | None:
     """``path`` relative to the checkout when it is a file a run can depend on (under ``CODE_ROOTS``, not an output,
     not prose), else None."""
+    return _relative(os.fspath(path), _ROOT_TEXT if root is None else os.fspath(root))
+
+
+@functools.lru_cache(maxsize=1 << 16)
+def _relative(path: str, root: str) -> str | None:
+    """:func:`relative`, once per path and root in a process: resolving a path costs a system call per component,
+    and a trace asks again for every module and function at every record (about 8 s a record in a notebook's
+    kernel on a 2-core Zen 1, before this cache)."""
     try:
-        rel = Path(path).resolve().relative_to(root or ROOT)
+        rel = Path(path).resolve().relative_to(root)
     except (ValueError, OSError):
         return None
     text = rel.as_posix()
@@ -124,7 +134,8 @@ class Trace:
         self.root = Path(root or ROOT)
         self.codes: dict[int, tuple[types.CodeType, dict]] = {}
         self.opened: set[str] = set()
-        self.imports: list[tuple[str, types.CodeType, dict]] = []  # (importing module's file, code, its globals)
+        self.imports: dict[tuple[str, int], tuple[types.CodeType, dict]] = {}  # (importing file, id(code)) -> code,
+        # its globals
         self.inherited: dict[str, str] = {}  # {file: SHA-256} of work reused, not rerun (``inherit``)
         self.started = time.time()
         self._digests: dict[str, str] = {}  # each file's digest when this trace first reported it
@@ -158,7 +169,8 @@ class Trace:
             for key, value in self.codes.items():
                 _STACK[-1].setdefault(key, value)
             _OPENED[-1].update(self.opened)
-            _IMPORTS[-1].extend(self.imports)
+            for key, value in self.imports.items():
+                _IMPORTS[-1].setdefault(key, value)
             _TRACES[-1].inherited.update(self.inherited)
         else:
             sys.settrace(self._saved[0])
@@ -171,14 +183,13 @@ class Trace:
         index = _ModuleIndex(self.root)
         for code, globals_ in list(self.codes.values()):
             index.use(code, globals_, used)
-        pending = list(self.imports)
-        while True:  # an import-time call counts once the module that made it counts
-            ready = [call for call in pending if call[0] in used]
-            if not ready:
-                break
-            pending = [call for call in pending if call[0] not in used]
-            for _, code, globals_ in ready:
-                index.use(code, globals_, used)
+        pending: dict[str, list] = {}  # importing module's file -> the calls its body made
+        for (importing, _), call in list(self.imports.items()):
+            pending.setdefault(importing, []).append(call)
+        while ready := [file for file in pending if file in used]:  # an import-time call counts once its module does
+            for file in ready:
+                for code, globals_ in pending.pop(file):
+                    index.use(code, globals_, used)
         for path in set(self.opened):  # a copy: other threads may open files meanwhile
             if path.endswith(CODE_SUFFIXES):
                 continue  # the import system reads every module it imports: code counts when it runs
