@@ -49,9 +49,10 @@ Files in ``DIR``:
 - ``summary.csv``      per variant: tokens/s, speedup vs the ``ar`` baseline, α, tokens per target call, c, β,
                        the predicted speedup and efficiency = measured / predicted, whether the rule is lossless,
                        and quality and energy: perplexity of the outputs under the target (MJSD paper Eq. 1,
-                       pooled over tokens), ROUGE-L against the suite's references, joules per token (NVML on
-                       CUDA, RAPL on a CPU that exposes it, else empty with the reason in the provenance),
-                       and the error of a method that failed; written at the end.
+                       pooled over tokens; scored on the engine with each prompt computed once,
+                       ``quality.PromptScorer``), ROUGE-L against the suite's references, joules per token
+                       (NVML on CUDA, RAPL on a CPU that exposes it, else empty with the reason in the
+                       provenance), and the error of a method that failed; written at the end.
 
 A method that raises (building its drafter, warming up or on a prompt) is marked failed, said on stderr, and runs
 no further in that call; every other method still runs and is written and summarised. Its records written before
@@ -87,7 +88,7 @@ from ..engine.models import LoadedModel, draft_alpha_prior, load_tokenizer
 from ..methods import Cost, Loop, Needs
 from ..metrics.energy import open_meter
 from ..metrics.profile import Profile, candidate_dtypes
-from ..metrics.quality import perplexity, rouge_l
+from ..metrics.quality import PromptScorer, rouge_l
 from .bench_summary import mismatches, summarize, write_summary
 from .bench_types import BenchPrompt, BenchResult
 from .generate import encode_prompt, generate_batch, generate_ids
@@ -198,13 +199,15 @@ class _Run:
         self.session: dict | None = None  # this call's entry of provenance["sessions"], when it measures
         self.profiles: dict[str, Profile] = {}  # dtype -> device profile pooled over the sessions (start_session)
         self._peer: LlamaCppPeer | None = None  # llama.cpp, loaded by the first use of ``peer``
+        self.scorer = PromptScorer(models.target.model)  # Eq. (1), each prompt's keys and values computed once
 
     def __getstate__(self) -> dict:
-        return {**self.__dict__, "meter": None}  # a counter handle does not travel; see __setstate__
+        return {**self.__dict__, "meter": None, "scorer": None}  # a counter handle does not travel; see __setstate__
 
     def __setstate__(self, state: dict) -> None:
         self.__dict__.update(state)
         self.meter = open_meter(self.device)  # the counter of the machine this copy runs on
+        self.scorer = PromptScorer(self.models.target.model)
 
     def save(self) -> None:
         atomic_write_text(self.prov_path, json.dumps(self.provenance, indent=1) + "\n")
@@ -355,7 +358,7 @@ class _Run:
         """MJSD paper Eq. (1) under the run's reference target (one dtype for every variant), and ROUGE-L."""
         if not self.config.quality:
             return {}
-        ppl = perplexity(self.models.target.model, prompt.ids, rec.token_ids)
+        ppl = self.scorer(prompt.ids, rec.token_ids)
         return {"perplexity": ppl.ppl, "nll_sum": None if ppl.n == 0 else ppl.mean_nll * ppl.n, "nll_tokens": ppl.n,
                 "rouge_l": rouge_l(rec.text, prompt.reference) if prompt.reference is not None else None}
 

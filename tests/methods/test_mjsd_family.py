@@ -20,7 +20,7 @@ from specrepro.run.variants import BenchConfig, Variant
 from specrepro.core.config import PRESETS, DecodeConfig, SamplingConfig
 from specrepro.methods import REGISTRY, method
 from specrepro.run.generate import generate_ids
-from specrepro.metrics.quality import perplexity
+from specrepro.metrics.quality import PromptScorer
 from specrepro.engine.models import LoadedModel, layer_skip_draft, tiny_model
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -121,7 +121,7 @@ def test_bench_scores_quality_and_energy_and_labels_lossy_rules(tmp_path, pair):
     assert rows["mjsd:b2"]["lossless"] is False and rows["bild"]["lossless"] is False
     records = [json.loads(line) for line in (tmp_path / "t1b" / "records.jsonl").read_text().splitlines()]
     for r in records:  # the record's perplexity is Eq. (1) under the target, recomputed here
-        ppl = perplexity(target.model, next(p.ids for p in prompts if p.id == r["prompt_id"]), r["token_ids"])
+        ppl = PromptScorer(target.model)(next(p.ids for p in prompts if p.id == r["prompt_id"]), r["token_ids"])
         assert r["nll_tokens"] == ppl.n and r["nll_sum"] == pytest.approx(ppl.mean_nll * ppl.n)
         # each record carries its own method's parameters only: the label's, else the method's defaults
         assert r["config"]["params"] == {"mjsd:b2": {"num_beams": 2, "tau": 0.1}, "spectr:m2": {"num_drafts": 2},

@@ -6,7 +6,8 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from specrepro.metrics.quality import Perplexity, bleu_chrf, perplexity, rouge_l
+from specrepro.engine import engine_of
+from specrepro.metrics.quality import Perplexity, PromptScorer, bleu_chrf, perplexity, rouge_l
 from specrepro.core.prompts import load_suite
 
 # --- perplexity, MJSD Eq. (1) -----------------------------------------------------------------------
@@ -82,6 +83,29 @@ def test_perplexity_on_the_tiny_llama_equals_one_forward_per_prefix(tiny_pair_64
     assert n == len(generated)
     assert mean_nll == pytest.approx(nll / n, rel=1e-5)
     assert ppl == pytest.approx(math.exp(nll / n), rel=1e-5)
+
+
+def test_the_prompt_scorer_is_perplexity_on_the_engine_whatever_came_before(tiny_pair_64, one_thread):
+    target, _ = tiny_pair_64
+    assert engine_of(target) is not None  # else the scorer is perplexity itself and this test would hold trivially
+    gen = torch.Generator().manual_seed(1)
+    prompt = torch.randint(0, 64, (150,), generator=gen).tolist()  # more than one 64-column chunk
+    runs = [torch.randint(0, 64, (n,), generator=gen).tolist() for n in (7, 1, 16, 7)]
+    runs[3][:3] = runs[0][:3]  # shares its first tokens with the first: the cached prompt is still all it reuses
+    reference = [perplexity(target, prompt, g) for g in runs]  # transformers' forward over the whole sequence
+    shared = PromptScorer(target)
+    scored = [shared(prompt, g) for g in runs]
+    alone = [PromptScorer(target)(prompt, g) for g in runs]  # a fresh scorer each: the prompt computed in the call
+    for ref, got, own in zip(reference, scored, alone):
+        assert got.n == ref.n and got.mean_nll == pytest.approx(ref.mean_nll, rel=1e-4)
+        assert got.mean_nll == pytest.approx(own.mean_nll, rel=1e-6)  # order does not matter
+    assert shared(prompt[:-1], runs[0]).mean_nll != pytest.approx(scored[0].mean_nll, rel=1e-6)  # a new prompt
+    assert shared(prompt, runs[0]).mean_nll == pytest.approx(scored[0].mean_nll, rel=1e-6)
+    assert shared(prompt, []).n == 0
+    with pytest.raises(ValueError, match="outside the model's vocabulary"):
+        shared(prompt, [64])
+    with pytest.raises(ValueError, match="exceeds the model's context of 512"):
+        shared(prompt * 4, [1])
 
 
 def test_empty_generation_has_no_perplexity_and_says_why():
