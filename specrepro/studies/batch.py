@@ -11,8 +11,9 @@ same rows at every B, decoded in rows / B batches of B. For each batch, in turn:
 timed alone (``prefill_s``), then batched AR once and every speculative method at every γ on the same B prompts
 (``generate.generate_batch``), the runs' order rotated from batch to batch, so that machine drift hits every run
 alike. Neither the prefill nor AR depends on γ, so the cells (B, γ) of one B share them: a cell is AR's runs and the
-timed prefill of its B beside the methods' runs at its γ. Greedy (T = 0) and no stop at EOS: every row writes ``max_new_tokens`` tokens, so B stays B through an
-AR run, and a lossless method's rows must equal AR's token for token (``identical_to_ar``).
+timed prefill of its B beside the methods' runs at its γ. Greedy (T = 0) and no stop at EOS: every row writes
+``max_new_tokens`` tokens, so B stays B through an AR run, and a lossless method's rows must equal AR's token for
+token (``identical_to_ar``).
 
 The prediction (survey blog, seed 004, *Batch Size*)::
 
@@ -305,10 +306,11 @@ def throughput_rows(cells: Sequence[dict]) -> list[dict]:
 
 def table1_rows(cells: Sequence[dict], costs: dict) -> list[dict]:
     """Fig. (c), the MJSD paper's Table 1 on our runs: per B, batched AR's wall time per decode step at B over at 1
-    (``method_row``'s decode step: the prefill, which grows with B's prompts, apart), the median over the cells' γ (AR does not
-    depend on γ: the cells of one B share its runs, so the median is their value); the wall time per step with the prefill spread over the steps, as the
-    paper's Time/run counts it; the same ratio of the raw one-token forward (``metrics.batching``, same context); per
-    input (÷ B); and the paper's Time/run at b over at 1 where Table 1 has the b."""
+    (``method_row``'s decode step: the prefill, which grows with B's prompts, apart), the median over the cells' γ
+    (AR does not depend on γ: the cells of one B share its runs, so the median is their value); the wall time per
+    step with the prefill spread over the steps, as the paper's Time/run counts it; the same ratio of the raw
+    one-token forward (``metrics.batching``, same context); per input (÷ B); and the paper's Time/run at b over at 1
+    where Table 1 has the b."""
     target = BatchingResult.from_dict(costs["target"])
     steps: dict[int, list[float]] = {}
     decode: dict[int, list[float]] = {}
