@@ -34,7 +34,7 @@ from pathlib import Path
 from claims import CLAIMS
 from claims.base import (FROM_NOTEBOOK, NO_RESULT, NOISY, NOT_COMPARABLE, NOT_REPRODUCED, REPRODUCED, UNDECIDED,
                          VERDICTS, Artifact, Claim, Exact, Interval, MachineSpecific, Outcome, Row, Tables, Unreadable,
-                         decided)
+                         decided, without_interval)
 
 ROOT = Path(__file__).resolve().parents[1]
 SEEDS = ROOT.parent / "shared" / "seeds"  # the founding documents sit beside the clone, as in CI
@@ -181,10 +181,11 @@ def timed_under_load(claim: Claim, run: Tables) -> str | None:
 
 def judge(claim: Claim, run: Tables) -> Outcome:
     """``claim``'s outcome on ``run``; never raises. A row decided by the notebooks' claims (``decided_by``) cannot
-    disagree with ``VERDICTS.md``: a judge that returns another verdict gives no result, saying so. A row judged
-    here on timings taken under load is noisy (its notebook's claims already say so for the rows they decide)."""
+    disagree with ``VERDICTS.md``: a judge that returns another verdict gives no result, saying so. A measured row
+    decided on no interval is undecided (``claims.base.without_interval``). A row judged here on timings taken under
+    load is noisy (its notebook's claims already say so for the rows they decide)."""
     try:
-        outcome = claim.judge(run)
+        outcome = without_interval(claim, claim.judge(run))
         if claim.decided_by and outcome.verdict != NO_RESULT:
             theirs = FROM_NOTEBOOK[decided(run, *claim.decided_by).verdict]
             if outcome.verdict != theirs:
@@ -302,11 +303,14 @@ def run_conditions(figures: Path) -> dict[str, Conditions]:
 
 def _conditions_line(figures: Path) -> str:
     """The run's profile and machine: timings.json's last run where there is one, else what the indexes say."""
-    last = (_json(Path(figures) / "timings.json") or {}).get("last_run")
+    timings = _json(Path(figures) / "timings.json") or {}
+    last = timings.get("last_run")
     if last:
         box = last.get("machine") or {}
         gpu = f", GPU {box['gpu']}" if box.get("gpu") else ""
-        wall = f", {last['wall_s'] / 60:.1f} min" if last.get("wall_s") is not None else ""
+        calls = timings.get("calls") or [{}]
+        runs = f" for {len(calls[-1]['runs'])} run(s)" if calls[-1].get("runs") else ""
+        wall = f", {last['wall_s'] / 60:.1f} min{runs}" if last.get("wall_s") is not None else ""
         return (f"profile {last.get('profile')} · machine {box.get('cpu')} ({box.get('cores')} cores{gpu}) · "
                 f"{last.get('jobs')} notebook(s) at a time{wall}, started {last.get('started_utc')} (timings.json)")
     conditions = run_conditions(figures)
@@ -356,7 +360,8 @@ GUIDE = """\
   7B–137B models on GPUs and TPUs, so measured rows test the claim's direction and report its size.
 - **Verdict**: *reproduced* or *not reproduced* by the criterion written in the row, with the measured reason.
   Theory rows recompute the document's formula here, or match its printed value to the last digit; measured rows
-  ask whether the claim's direction holds, within the interval where the CSV carries one. A row whose criterion
+  ask whether the claim's direction holds, and are decided only on an interval: a measured row whose CSV carries
+  none is undecided, and says what its point estimates alone would say. A row whose criterion
   says "decided by" takes its verdict from those claims in `VERDICTS.md` (holds → reproduced, fails → not
   reproduced), the one place they are decided. *Undecided, n too small*: the measurement cannot tell (its interval
   straddles the criterion, fewer than {min_prompts} prompts, too few sizes, or no interval at all). *Noisy, timed under
@@ -371,8 +376,13 @@ GUIDE = """\
 """
 
 
-def _header(rows: list[ReportRow], figures: Path, committed: Path | None) -> list[str]:
+def _header(rows: list[ReportRow], figures: Path, committed: Path | None,
+            made: dict[str, str] | None = None) -> list[str]:
     verdicts, movements = _counts(rows)
+    commits = sorted({m.split()[0] for m in (made or {}).values()})
+    runs = (f"The figures come from {len(made)} notebook folders made at {len(commits)} commit(s) "
+            f"({', '.join(commits)}; each row names its own below, and the run conditions close the report). "
+            if made else "")
     no_result = f" · {verdicts[NO_RESULT]} no result" if verdicts[NO_RESULT] else ""
     noisy = f" · {verdicts[NOISY]} {NOISY}" if verdicts[NOISY] else ""
     before = (f" Committed copy: {_conditions_line(committed)}." if committed is not None
@@ -391,7 +401,7 @@ def _header(rows: list[ReportRow], figures: Path, committed: Path | None) -> lis
         f"{movements[NEW]} new · {movements[MACHINE]} machine-specific only · {movements[NOT_COMPARED]} not "
         f"compared.**",
         "",
-        f"This run: {_conditions_line(figures)}.{before}",
+        f"{runs}The last `make figures` call: {_conditions_line(figures)}.{before}",
         "",
     ]
 
@@ -450,7 +460,7 @@ def render(rows: list[ReportRow], figures: Path, committed: Path | None, base: P
     run made each artifact folder."""
     from specrepro.metrics.verdict import MIN_PROMPTS
     guide = GUIDE.format(min_prompts=MIN_PROMPTS)
-    lines = _header(rows, figures, committed) + guide.splitlines() + [""] + _at_a_glance(rows)
+    lines = _header(rows, figures, committed, made) + guide.splitlines() + [""] + _at_a_glance(rows)
     for document in dict.fromkeys(r.claim.document for r in rows):
         lines += _document_table(rows, document, figures, base, made)
     return "\n".join(lines + _conditions_table(figures))
@@ -554,12 +564,14 @@ def main(argv: list[str] | None = None) -> int:
     group.add_argument("--against-head", action="store_true", help="compare with HEAD's figures/ (git)")
     parser.add_argument("--out", type=Path, help=f"where to write (default <figures>/{REPORT_NAME})")
     args = parser.parse_args(argv)
+    # the checkout's own figures: each row names the run that made it (its executed notebook's record)
+    executed = ROOT / "notebooks" / "executed" if args.figures.resolve() == (ROOT / "figures").resolve() else None
     if args.against_head:
         import tempfile
         with tempfile.TemporaryDirectory() as scratch:
-            path = write_reproduction(args.figures, committed_copy(ROOT, Path(scratch)), args.out)
+            path = write_reproduction(args.figures, committed_copy(ROOT, Path(scratch)), args.out, executed)
     else:
-        path = write_reproduction(args.figures, args.committed, args.out)
+        path = write_reproduction(args.figures, args.committed, args.out, executed)
     print(f"reproduction report: {path}")
     return 0
 

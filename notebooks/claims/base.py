@@ -207,15 +207,24 @@ def by_label(label: Callable[[Row], str], value: str, interval) -> Callable[[lis
 
 # --- 4. Outcomes: what a judge returns ---------------------------------------------------------------------------
 
+# What a verdict rests on (``Outcome.basis``). A measured row (``Claim.measured``) is decided only on an interval,
+# or on an exact count inside it (a parameter count, say); a verdict it gives on anything else is a point estimate,
+# which the report turns into "undecided" (``reproduction.judge``): the legend's rule, "no interval at all".
+INTERVAL, EXACT = "interval", "exact"
+
+
 @dataclass(frozen=True)
 class Outcome:
     ours: str
     verdict: str
     reason: str
     paper: str | None = None  # the document's number, when a notebook wrote it into a CSV beside ours
+    basis: str | None = None  # INTERVAL, EXACT, or None: the claim's kind (exact for theory, a point if measured)
 
 
 def judged(ok: bool, ours: str, yes: str, no: str, paper: str | None = None) -> Outcome:
+    """A criterion checked on the numbers as they are: exact for a theory row; on a measured row, a point estimate,
+    which decides nothing."""
     return Outcome(ours, REPRODUCED if ok else NOT_REPRODUCED, yes if ok else no, paper)
 
 
@@ -224,8 +233,19 @@ def judged_by_interval(holds: bool, fails: bool, ours: str, yes: str, no: str, o
     """Reproduced when the interval lies on the claim's side, not reproduced when it lies on the other, else
     undecided (``open_`` says why)."""
     if holds:
-        return Outcome(ours, REPRODUCED, yes, paper)
-    return Outcome(ours, NOT_REPRODUCED, no, paper) if fails else Outcome(ours, UNDECIDED, open_, paper)
+        return Outcome(ours, REPRODUCED, yes, paper, INTERVAL)
+    return (Outcome(ours, NOT_REPRODUCED, no, paper, INTERVAL) if fails
+            else Outcome(ours, UNDECIDED, open_, paper, INTERVAL))
+
+
+def without_interval(claim: "Claim", outcome: Outcome) -> Outcome:
+    """``outcome`` as the legend reads it: a measured claim's verdict that rests on neither an interval nor an
+    exact count is undecided, its point estimate's direction said (the report applies this to every row)."""
+    if not claim.measured or outcome.verdict not in (REPRODUCED, NOT_REPRODUCED) or outcome.basis in (INTERVAL,
+                                                                                                       EXACT):
+        return outcome
+    return Outcome(outcome.ours, UNDECIDED, f"no interval, so not decided (the point estimates alone would say "
+                                            f"{outcome.verdict}: {outcome.reason})", outcome.paper)
 
 
 @dataclass(frozen=True)
@@ -261,7 +281,7 @@ def from_verdict(decision: Decision, ours: str, yes: str, no: str, paper: str | 
     undecided (the interval cannot decide at this n, or too few prompts: the reason is the claim's own rule)."""
     verdict = FROM_NOTEBOOK[decision.verdict]
     reason = {REPRODUCED: yes, NOT_REPRODUCED: f"{no} — {decision.why}"}.get(verdict, decision.why)
-    return Outcome(ours, verdict, reason, paper)
+    return Outcome(ours, verdict, reason, paper, INTERVAL)
 
 
 # --- 5. Claims ---------------------------------------------------------------------------------------------------
@@ -284,19 +304,22 @@ class Claim:
     judge: Callable[[Tables], Outcome]
     pictures: tuple[str, ...] = ()  # figures to link beside the CSVs' own
     decided_by: tuple[str, ...] = ()  # the notebooks' claims (VERDICTS.md) whose verdicts are this row's, if any
+    measured: bool = False  # decided on our measurements (not a formula or printed digits): only on an interval
 
 
 def claim(document: str, item: str, artifacts: tuple[Artifact, ...], printed: str, source: Quote | None,
-          criterion: str, pictures: tuple[str, ...] = (), decided_by: tuple[str, ...] = ()
+          criterion: str, pictures: tuple[str, ...] = (), decided_by: tuple[str, ...] = (), measured: bool = False
           ) -> Callable[[Callable[[Tables], Outcome]], Claim]:
     """Make the judge below into its :class:`Claim`, so that a catalogue item's row (the document's number and
     where it is printed, the criterion, the artifacts read) is written where the function deciding it is.
 
     With ``decided_by``, the row's verdict is the notebooks' verdict on those claims (all of them together), read
-    back by ``decided``: the judge writes only what the row shows, and the criterion says which claims decide it."""
+    back by ``decided``: the judge writes only what the row shows, and the criterion says which claims decide it.
+    A ``measured`` row is decided only on an interval (``without_interval``); ``decided_by`` makes a row measured."""
     if decided_by:
         criterion = f"{criterion}; decided by " + ", ".join(f"`{c}`" for c in decided_by) + " (VERDICTS.md)"
 
     def made(judge: Callable[[Tables], Outcome]) -> Claim:
-        return Claim(document, item, artifacts, printed, source, criterion, judge, pictures, decided_by)
+        return Claim(document, item, artifacts, printed, source, criterion, judge, pictures, decided_by,
+                     measured or bool(decided_by))
     return made

@@ -68,7 +68,8 @@ BETA_SLIPS = 1  # "β gets closer to k" as B grows: at most this many steps betw
        "no values: β ≈ 1 at small batch, nearer k when compute-bound",
        Quote(SEED, "the matmuls become compute bound and $\\beta$ gets closer to $k$"),
        f"β(γ + 1 = 5) at B = 1 within {BETA_NEAR_ONE} (β ≈ 1 at small batch), and rising with B towards γ + 1 "
-       f"(above B = 1's at the largest B; at most {BETA_SLIPS} step between neighbouring batch sizes falls)")
+       f"(above B = 1's at the largest B; at most {BETA_SLIPS} step between neighbouring batch sizes falls)",
+       measured=True)
 def survey_beta_batch(t: Tables) -> Outcome:
     rows = sorted((r for r in t.rows(BETA_BATCH) if r["gamma"] == "4"), key=lambda r: num(r, "batch_size"))
     if len(rows) < 3:
@@ -191,7 +192,7 @@ CHEN = "survey_mentored_staged_batch/speedup_by_task.csv"
        "Chen et al. 2023, Table 1 (Chinchilla 70B, 4B draft, TPU v4): XSum 1.92x nucleus, 2.01x greedy; "
        "HumanEval 2.46x nucleus", Quote(SEED, "The speedup is task dependent"),
        f"code's sampling speedup above summarisation's, the 95% intervals apart, on at least {MIN_PROMPTS} prompts "
-       "per suite")
+       "per suite", measured=True)
 def survey_chen(t: Tables) -> Outcome:
     """Chen et al.'s point, that the speedup depends on the task (code gains more than summarisation), on our
     speedup-by-task table: code's sampling row above summarisation's with the two 95% intervals apart."""

@@ -408,3 +408,54 @@ def claims(results: dict[str, BenchResult], chosen: dict[str, dict], fig1_result
                  "ours": f"{t1[b_max]['time_per_run_vs_b1']:.2f}x at b = {b_max} (median timings)", "threshold": "< 2x",
                  "verdict": "not decided: a device timing, no prompts to resample", "claim_id": ""})
     return rows, verdicts
+
+
+def sweep_claims(results: dict[str, BenchResult], beams: Sequence[int], taus: Sequence[float],
+                 seed: int = 0) -> tuple[list[dict], list[Verdict]]:
+    """Table 3's and Fig. 4's sentences decided on the instruct prompts that ran the sweeps, each part on a 95%
+    paired bootstrap over those prompts (``decide``), like the headline claims:
+
+    - Table 3, "Increasing the number of beams improves the quality of the draft tokens" (perplexity and speed):
+      MJSD's perplexity at the most beams at most the fewest's, and its speed at least the fewest's;
+    - Fig. 4, "the efficiency indeed drops when τ increases. However, the perplexity increases when τ is close to
+      1": speed at the largest τ at most the smallest's, and perplexity at the largest τ at least the next one's.
+
+    (claims-table rows, verdicts), each compound claim with its parts."""
+    speed, ppl = ("new_tokens", "wall_time_s"), ("nll_sum", "nll_tokens")
+    few, most = mjsd_label(beams=min(beams)), mjsd_label(beams=max(beams))
+    taus = sorted(taus)
+    low_tau, near, high_tau = (mjsd_label(tau=t) for t in (taus[0], taus[-2], taus[-1]))
+    sweeps = [  # (id, statement, paper, parts: (id, what, labels, fields, statistic, threshold, side, form))
+        ("mjsd.more_beams_better", f"more beams ({min(beams)} → {max(beams)}): lower perplexity and more speed "
+         "(Table 3)", "Llama-2: perplexity 2.44 → 2.10, 55.9 → 61.3 tok/s (Table 3)", [
+             ("mjsd.beams_perplexity_change", f"MJSD perplexity at {max(beams)} beams relative to {min(beams)}",
+              (most, few), ppl, perplexity_change, 0.0, "at_most", "{:+.1%}"),
+             ("mjsd.beams_speed_ratio", f"MJSD speed at {max(beams)} beams over {min(beams)}", (most, few),
+              speed, stats.mean_of_ratios, 1.0, "at_least", "{:.2f}x")]),
+        ("mjsd.threshold_effect", f"τ {taus[0]:g} → {taus[-1]:g}: speed drops, and perplexity rises near τ = 1 "
+         "(Fig. 4)", "no values (a chart; the text)", [
+             ("mjsd.tau_speed_ratio", f"MJSD speed at τ = {taus[-1]:g} over τ = {taus[0]:g}", (high_tau, low_tau),
+              speed, stats.mean_of_ratios, 1.0, "at_most", "{:.2f}x"),
+             ("mjsd.tau_perplexity_near_one", f"MJSD perplexity at τ = {taus[-1]:g} relative to τ = {taus[-2]:g}",
+              (high_tau, near), ppl, perplexity_change, 0.0, "at_least", "{:+.1%}")]),
+    ]
+    rows, verdicts = [], []
+    for claim_id, statement, paper, specs in sweeps:
+        parts, said, bounds = [], [], []
+        arrays = [prompt_array(results, lambda _kind, labels=spec[2]: labels, spec[3])[0] for spec in specs]
+        if any(len(x) == 0 or not np.isfinite(x).all() for x in arrays):
+            rows.append({"claim": statement, "paper": paper, "ours": "n/a", "threshold": "",
+                         "verdict": "not decided: no prompt has every variant's record", "claim_id": ""})
+            continue
+        for (part_id, what, labels, fields, statistic, threshold, side, form), x in zip(specs, arrays):
+            bound = f"{'≥' if side == 'at_least' else '≤'} {form.format(threshold)}"
+            v = decide(part_id, f"{what} {bound}", x, statistic, threshold, side, seed=seed, timed=fields == speed)
+            parts.append(v)
+            said.append(f"{what}: {form.format(v.estimate)} (95% {form.format(v.low)} to {form.format(v.high)}, "
+                        f"{v.n}) {v.verdict}")
+            bounds.append(bound)
+        whole = all_of(claim_id, statement, parts)
+        verdicts.append(whole)
+        rows.append({"claim": statement, "paper": paper, "ours": "; ".join(said), "threshold": "; ".join(bounds),
+                     "verdict": whole.verdict, "claim_id": claim_id})
+    return rows, verdicts

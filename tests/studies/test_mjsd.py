@@ -163,3 +163,39 @@ def test_table1_relative_to_one_input():
     table = mjsd.table1_rows(batching, "ours")
     assert table[1]["time_per_run_vs_b1"] == pytest.approx(1.2) and table[1]["beta_b_5"] == 1.5
     assert table[0]["energy_per_run_vs_b1"] is None and len(table) == 2 + len(mjsd.PAPER_T1)
+
+
+def sweep_record(label, prompt_id, speed, nll):
+    return {"method": label, "prompt_id": prompt_id, "new_tokens": 8, "wall_time_s": 8 / speed, "nll_sum": 8 * nll,
+            "nll_tokens": 8, "accept_lengths": []}
+
+
+@pytest.mark.parametrize("opposite", [False, True])
+def test_table3_and_fig4_are_decided_on_paired_intervals_and_fail_the_other_way(opposite):
+    """More beams: lower NLL and faster; larger τ: slower, and NLL up near τ = 1. The opposite on every prompt fails
+    each compound claim; chat prompts without the sweep's variants are left out."""
+    beams, taus = (2, 8), (0.0, 0.1, 0.5, 1.0)
+    sign = -1 if opposite else 1
+    records = []
+    for i in range(MIN_PROMPTS):
+        pid = f"p{i}"
+        records += [sweep_record(mjsd.mjsd_label(beams=2), pid, 10, 1.5),
+                    sweep_record(mjsd.mjsd_label(beams=8), pid, 10 + sign * 2, 1.5 - sign * 0.2)]  # also τ = 0.1
+        records += [sweep_record(mjsd.mjsd_label(tau=t), pid, 20 - sign * 10 * t, 1.2 + sign * (t == 1.0) * 0.3)
+                    for t in taus if t != 0.1]
+    results = {"instruct": result_of([], records), "chat": result_of([], [sweep_record("ar", "c0", 10, 1.0)])}
+    rows, verdicts = mjsd.sweep_claims(results, beams, taus)
+    by_id = {v.claim: v for v in verdicts}
+    assert set(by_id) == {"mjsd.more_beams_better", "mjsd.threshold_effect"}
+    expected = "fails" if opposite else "holds"
+    assert {v.verdict for v in verdicts} == {expected}
+    parts = {p.claim: p for v in verdicts for p in v.parts}
+    assert parts["mjsd.beams_speed_ratio"].estimate == pytest.approx(1.2 if not opposite else 0.8)
+    assert parts["mjsd.tau_speed_ratio"].n == f"{MIN_PROMPTS} prompts"  # the chat prompt is not among them
+    assert all(r["claim_id"] in by_id and r["verdict"] == expected for r in rows)
+    assert rows[0]["threshold"] == "≤ +0.0%; ≥ 1.00x"
+
+
+def test_sweep_claims_without_the_sweeps_records_are_not_decided():
+    rows, verdicts = mjsd.sweep_claims({"instruct": result_of([], [])}, (2, 8), (0.0, 0.5, 1.0))
+    assert verdicts == [] and all(r["verdict"].startswith("not decided") for r in rows)
