@@ -36,7 +36,7 @@ from transformers import DynamicCache
 from transformers.cache_utils import DynamicLayer
 
 from . import tree
-from ..engine import SLOT_BLOCK, engine_of
+from ..engine import SLOT_BLOCK, engine_of, timing
 from ..engine.session import run as engine_run
 from ..engine.session import run_rows
 from .kvcache import TREE_ATTENTION, common_prefix, drop_last
@@ -140,7 +140,7 @@ class BatchCache:
         else:
             # Additive float, 0 = attend (eager adds it to the scores, SDPA takes it as attn_mask), as CachedModel's.
             mask = torch.zeros(allowed.shape, dtype=self.dtype).masked_fill_(~allowed, torch.finfo(self.dtype).min)
-            with torch.inference_mode():
+            with torch.inference_mode(), timing.forward():
                 out = self.model(input_ids=input_ids.to(self.device), attention_mask=mask[:, None].to(self.device),
                                  position_ids=positions.to(self.device), cache=self.cache, use_cache=True,
                                  logits_to_keep=n + 1, output_hidden_states=output_hidden)

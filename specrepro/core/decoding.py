@@ -9,6 +9,7 @@ from typing import Iterator
 import numpy as np
 import torch
 
+from ..engine import timing
 from .config import DecodeConfig
 from .kvcache import CachedModel
 from .record import GenerationRecord
@@ -47,6 +48,42 @@ class Clock:
         end.record(stream)
         end.synchronize()  # the interval's one sync
         span.seconds = start.elapsed_time(end) / 1e3  # elapsed_time is in milliseconds
+
+
+class StepSplit:
+    """A generation's wall time split three ways: the target's forwards, the draft's forwards, and the host's work
+    around them (drafting logic, trees and masks, acceptance, cache bookkeeping, sampling), with the first step
+    (the prompt's prefill, target's and draft's) apart, so that the steady step can be read off.
+
+    The loop calls :meth:`charge` at each border of a step's phases, naming whose the forwards since the last call
+    were (``engine.timing`` counts every forward), and :meth:`step` at the end of each step. On CUDA a forward only
+    queues kernels, so nothing is split there (``record`` gives None)."""
+
+    WHO = ("target", "draft")
+
+    def __init__(self, clock: Clock):
+        self.on = not clock.cuda
+        self.seconds = dict.fromkeys(self.WHO, 0.0)
+        self.first: dict | None = None
+        self._mark = timing.seconds()
+
+    def charge(self, who: str) -> None:
+        """The forward time since the last call was ``who``'s ("target" or "draft")."""
+        now = timing.seconds()
+        self.seconds[who] += now - self._mark
+        self._mark = now
+
+    def step(self, elapsed_s: float) -> None:
+        """A step ended, ``elapsed_s`` after the generation started: the first one's parts are kept apart."""
+        if self.first is None:
+            self.first = {"wall_s": elapsed_s, **{f"{who}_forward_s": s for who, s in self.seconds.items()}}
+
+    def record(self, wall_s: float) -> dict | None:
+        """{target_forward_s, draft_forward_s, host_s, steps' first_step parts} of the whole run, or None on CUDA."""
+        if not self.on:
+            return None
+        parts = {f"{who}_forward_s": s for who, s in self.seconds.items()}
+        return {**parts, "host_s": wall_s - sum(parts.values()), "first_step": self.first}
 
 
 @dataclass

@@ -25,7 +25,7 @@ from transformers import DynamicCache
 from transformers.cache_utils import DynamicLayer
 
 from . import tree
-from ..engine import SLOT_BLOCK, engine_of
+from ..engine import SLOT_BLOCK, engine_of, timing
 from ..engine.session import run as engine_run
 
 # Attention implementations that take a custom 4D additive float mask as-is (transformers >= 5: a 4D
@@ -151,7 +151,7 @@ class CachedModel:
             logits = self.engine.logits(hidden[-1][:, -n_last:])[0]  # [n_last, V]
         else:
             tokens = torch.tensor([new], dtype=torch.long, device=self.device)  # [1, n_new]
-            with torch.inference_mode():
+            with torch.inference_mode(), timing.forward():
                 logits = self.model(input_ids=tokens, cache=self.cache, use_cache=True,
                                     logits_to_keep=n_last).logits[0]  # [n_last, V]
         self.ids.extend(new)
@@ -235,7 +235,7 @@ class CachedModel:
             keep_rows = torch.arange(m - 1, m + n, device=self.device)  # logits for the root and the N candidates
         else:
             inputs, keep_rows = {"input_ids": new}, n + 1
-        with torch.inference_mode():
+        with torch.inference_mode(), timing.forward():
             out = self.model(**inputs, attention_mask=mask, position_ids=position_ids, cache=self.cache,
                              use_cache=True, logits_to_keep=keep_rows, output_hidden_states=output_hidden)
         # transformers 5 ties hidden_states[-1] to last_hidden_state, the final-norm output the LM head reads.

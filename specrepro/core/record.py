@@ -87,6 +87,9 @@ class GenerationRecord:
     time_draft_s: float = 0.0
     time_target_s: float = 0.0
     time_other_s: float = 0.0
+    # the wall time as the target's forwards, the draft's forwards and the host's work, with the first step's parts
+    # apart (``decoding.StepSplit``); None where a loop does not split it (CUDA, the peers, batched rows)
+    time_split: dict | None = None
     stop_reason: str = ""  # "eos" or "max_new_tokens"
     # energy of the whole generation from a total-energy counter (NVML on CUDA, RAPL on a CPU), None when there is
     # none (``energy["reason"]`` says why); split into draft and target by their shares of the wall time

@@ -12,7 +12,7 @@ import torch
 
 from ..core.beam import beam_search
 from ..core.config import DecodeConfig
-from ..core.decoding import commit, start_run
+from ..core.decoding import StepSplit, commit, start_run
 from ..core.record import GenerationRecord
 
 
@@ -32,6 +32,7 @@ def mjgd_generate(target: torch.nn.Module, prompt_ids: list[int], config: Decode
     clock, p_model, ids, out, rec = run.clock, run.p_model, run.ids, run.out, run.rec
     rec.provenance["mjgd"] = {"k": k, "num_beams": num_beams}
 
+    split = StepSplit(clock)  # every forward is the target's (its beam search)
     start = clock.now()
     stop = None
     while stop is None:
@@ -40,10 +41,13 @@ def mjgd_generate(target: torch.nn.Module, prompt_ids: list[int], config: Decode
         t0 = clock.now()
         best = beam_search(p_model, ids, depth, num_beams)
         rec.time_target_s += clock.now() - t0
+        split.charge("target")
         rec.target_calls += best.forwards
         # 2. Commit it (stopping at EOS or the budget).
         stop = commit(ids, out, best.tokens, config, eos)
+        split.step(clock.now() - start)
     rec.wall_time_s = clock.now() - start
     rec.time_other_s = rec.wall_time_s - rec.time_target_s
+    rec.time_split = split.record(rec.wall_time_s)
     rec.stop_reason = stop
     return rec

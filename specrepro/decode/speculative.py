@@ -16,7 +16,7 @@ import torch
 from ..acceptance import TREE_RULES, TreeRule
 from .adaptive import FixedGamma, GammaPolicy
 from ..core.config import DecodeConfig
-from ..core.decoding import commit, start_run
+from ..core.decoding import StepSplit, commit, start_run
 from ..drafters.base import Drafter, Proposal, StepFeedback
 from ..core.kvcache import CachedModel
 from ..core.record import GenerationRecord
@@ -40,9 +40,11 @@ def speculative_generate(target: torch.nn.Module, drafter: Drafter, prompt_ids: 
     clock, p_model, ids, out, rec = run.clock, run.p_model, run.ids, run.out, run.rec
     rec.provenance["gamma_policy"] = gamma_policy.to_dict()
     rec.provenance["acceptance"] = rule.describe() if isinstance(rule, TreeRule) else {"name": rule.__name__}
+    split = StepSplit(clock)
     start = clock.now()
     drafter.reset()  # timed, as drafting: what a drafter does between sequences (an online update) is its cost
     rec.time_draft_s += clock.now() - start
+    split.charge("draft")
     stop = None
     while stop is None:
         # 1. Propose: γ from the policy (acceptances so far), never more than the budget left after the target's token.
@@ -51,9 +53,11 @@ def speculative_generate(target: torch.nn.Module, drafter: Drafter, prompt_ids: 
         t0 = clock.now()
         proposal = drafter.propose(ids, gamma, config.sampling, run.draft_generator) if gamma > 0 else Proposal.empty()
         rec.time_draft_s += clock.now() - t0
+        split.charge("draft")
 
         # 2. Verify: score (one target forward, through the drafter's scorer) -> warp -> rule -> keep the path.
         step = verify(p_model, ids, proposal, config.sampling, rule, run.generator, score=drafter.score, clock=clock)
+        split.charge("target")
 
         # 3. Commit the accepted path and the recovered/bonus token. The target caches every committed token but
         #    the newest (not yet run through it); a stop inside the path commits fewer tokens than were kept.
@@ -62,11 +66,14 @@ def speculative_generate(target: torch.nn.Module, drafter: Drafter, prompt_ids: 
 
         # 4. Feedback, then the record.
         drafter.feedback(StepFeedback(ids=ids, path=step.path, p=step.p, hidden=step.hidden))
+        split.charge("draft")  # a drafter's forwards on what was committed (an online update) are its own
         record_step(rec, proposal, step)
+        split.step(clock.now() - start)
         if on_step is not None:
             on_step(p_model, drafter, ids)
     rec.wall_time_s = clock.now() - start
     rec.time_other_s = rec.wall_time_s - rec.time_draft_s - rec.time_target_s
+    rec.time_split = split.record(rec.wall_time_s)
     rec.stop_reason = stop
     return rec
 

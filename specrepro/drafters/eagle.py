@@ -41,6 +41,7 @@ import torch
 from ..core.config import SamplingConfig
 from ..core.proposal import Scores
 from ..core.tree import TreeSize
+from ..engine import timing
 from ..engine.llama import linear, module_linear
 from . import medusa
 from .base import Proposal, StepFeedback, TreeDrafter, warm_median
@@ -157,8 +158,9 @@ class EagleDraft(torch.nn.Module):
 
     def logits(self, feature: torch.Tensor) -> torch.Tensor:
         """The draft head on predicted features [..., H] -> [..., V_d] (V_d = V without a reduced vocabulary)."""
-        weight = self.head_weight()
-        return linear(feature.to(weight.dtype), weight)
+        with timing.forward():  # a draft forward (engine.timing: a step's split)
+            weight = self.head_weight()
+            return linear(feature.to(weight.dtype), weight)
 
     def token_ids(self, rows: torch.Tensor) -> torch.Tensor:
         """Head rows -> token ids."""
@@ -288,13 +290,15 @@ class EagleDrafter(TreeDrafter):
              ) -> torch.Tensor:
         """One draft forward over S new pairs (feats [S, F], tokens [S], positions [S]), their keys appended;
         -> f̂ [S, H]."""
-        out, self.kv = self.draft(feats[None], tokens[None], positions[None], allowed, self.kv)
+        with timing.forward():
+            out, self.kv = self.draft(feats[None], tokens[None], positions[None], allowed, self.kv)
         return out[0]
 
     def _commit_pending(self, ids: list[int]) -> torch.Tensor:
         """Run the queued committed pairs through the draft -> f̂ of the newest one [H] (it predicts the first
         draft token's distribution)."""
-        feats = self.draft.reduce(torch.stack([f for f, _, _ in self.pending]))  # [S, F] -> [S, H]
+        with timing.forward():
+            feats = self.draft.reduce(torch.stack([f for f, _, _ in self.pending]))  # [S, F] -> [S, H]
         tokens = torch.tensor([t for _, t, _ in self.pending], device=feats.device)
         positions = torch.tensor([j for _, _, j in self.pending], device=feats.device)
         if self.kv is None:

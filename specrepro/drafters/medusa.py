@@ -28,6 +28,7 @@ import torch
 from ..core import cost
 from ..core.config import SamplingConfig
 from ..core.tree import TreeSize
+from ..engine import timing
 from ..engine.llama import module_linear
 from .base import Proposal, StepFeedback, TreeDrafter, warm_median
 from .weights import read_folder, save_folder
@@ -63,8 +64,9 @@ class MedusaHeads(torch.nn.Module):
 
 
 def head_logits(heads: MedusaHeads, lm_head: torch.nn.Module, hidden: torch.Tensor) -> torch.Tensor:
-    """Logits of every head: hidden [..., H] -> [K, ..., V]."""
-    return lm_head(heads(hidden.to(lm_head.weight.dtype)))
+    """Logits of every head: hidden [..., H] -> [K, ..., V] (a draft forward: ``engine.timing``)."""
+    with timing.forward():
+        return lm_head(heads(hidden.to(lm_head.weight.dtype)))
 
 
 def save_heads(heads: MedusaHeads, config: MedusaConfig, folder: str | Path) -> Path:

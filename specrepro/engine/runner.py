@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 
 import torch
 
+from . import timing
 from .llama import LlamaStack, packed_linear, prepack, prepackable, q8_pack, tensor_bytes, unsupported
 
 BUCKETS = (1, 2, 4, 8, 16, 32, 64)  # columns per forward
@@ -225,7 +226,8 @@ class Engine:
         """x [B, Q, H] (Q a bucket), positions [B, Q], slots [Q], mask [B, 1, Q, S] (S ≤ kv.capacity, a multiple of
         SLOT_BLOCK) -> hidden [L+1, B, Q, H]; see ``LlamaStack``."""
         self._count(("stack", *x.shape[:2], mask.shape[-1], kv.capacity))
-        with torch.inference_mode():  # (canonical strides: one graph per shape, whatever view the input came from)
+        # (canonical strides: one graph per shape, whatever view the input came from)
+        with torch.inference_mode(), timing.forward():
             args = (_canonical(x), _canonical(positions), slots, _canonical(mask), kv.k, kv.v)
             bulk = self._bulk(positions, kv)
             return self._stack_fn(*args) if bulk is None else self._stack_fn(*args, bulk=bulk)
@@ -245,7 +247,7 @@ class Engine:
         if size != r:
             hidden = torch.cat([hidden, hidden.new_zeros(b, size - r, hidden.shape[-1])], dim=1)
         self._count(("head", b, size))
-        with torch.inference_mode():
+        with torch.inference_mode(), timing.forward():
             logits = self._head_fn(_canonical(hidden))[:, :r]  # [B, R, V']
             if self.kept_ids is None:
                 return logits

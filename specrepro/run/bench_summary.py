@@ -27,7 +27,7 @@ from ..metrics.profile import Latency, Profile
 
 SUMMARY_COLUMNS = ("method", "base_method", "dtype", "gamma", "batch_size", "n", "new_tokens", "wall_time_s",
                    "tokens_per_s", "latency_per_token_s", "speedup", "speedup_median", "alpha", "tokens_per_call",
-                   "mean_proposed", "c", "beta", "predicted_speedup",
+                   "mean_proposed", "c", "beta", "predicted_speedup", "step_target_ms", "step_draft_ms", "step_host_ms",
                    "efficiency", "identical_to_ar", "identical_to_counterpart", "lossless", "perplexity", "rouge_l",
                    "joules_per_token", "error")
 SPEEDUP_CAPTION = (f"speedup: {stats.POOLED_RATIO} over the baseline (Σ tokens / Σ seconds on the same prompts); "
@@ -44,6 +44,26 @@ def run_wall(records: list[dict]) -> float:
         else:
             walls["record", r["prompt_id"], r["repeat"]] = r["wall_time_s"]
     return sum(walls.values())
+
+
+def step_split(records: list[dict]) -> dict:
+    """A steady step's wall time in three parts (``decoding.StepSplit``), in ms per target call after each run's
+    first (which holds the prompt's prefill): ``step_target_ms`` the target's forwards, ``step_draft_ms`` the
+    draft's, ``step_host_ms`` the host's work around them. None where a run was not split (CUDA, peers, batched
+    rows) or made one call only."""
+    parts = [(r.get("time_split"), r["wall_time_s"], r["target_calls"]) for r in records]
+    if not parts or any(split is None or split.get("first_step") is None for split, _, _ in parts):
+        return dict.fromkeys(("step_target_ms", "step_draft_ms", "step_host_ms"))
+    steps = sum(calls - 1 for _, _, calls in parts)
+    if steps <= 0:
+        return dict.fromkeys(("step_target_ms", "step_draft_ms", "step_host_ms"))
+
+    def steady(key: str) -> float:
+        return 1e3 * sum(split[f"{key}_forward_s"] - split["first_step"][f"{key}_forward_s"]
+                         for split, _, _ in parts) / steps
+    target, draft = steady("target"), steady("draft")
+    wall = 1e3 * sum(wall - split["first_step"]["wall_s"] for split, wall, _ in parts) / steps
+    return {"step_target_ms": target, "step_draft_ms": draft, "step_host_ms": wall - target - draft}
 
 
 def predicted_speedup(alpha: float | None, gamma: int, c: float, beta: float) -> float | None:
@@ -169,7 +189,7 @@ def summarize(records: list[dict], variants: list, greedy: bool, profiles: dict[
                               else None),
             "c": c, "beta": (profile.beta(gamma_nominal + 1) if profile and kind is not Cost.PLAIN and gamma_nominal
                              and not tree and gamma_nominal + 1 <= profile.n_max else None),
-            "predicted_speedup": predicted, "efficiency": None,
+            "predicted_speedup": predicted, **step_split(rs), "efficiency": None,
             "identical_to_ar": (_identical(rs, by_key, reference_label(v, variants, "ar"))
                                 if greedy and spec.name != "ar" else None),
             "identical_to_counterpart": (_identical(rs, by_key, reference_label(v, variants, spec.counterpart))
@@ -268,9 +288,10 @@ def format_summary(rows: list[dict]) -> str:
         if v is None:
             return "-"
         return f"{v:.3f}" if isinstance(v, float) and not math.isnan(v) else str(v)
-    cols = ("method", "dtype", "n", "tokens_per_s", "speedup", "speedup_median", "alpha", "tokens_per_call", "mean_proposed", "c",
-            "beta", "predicted_speedup", "efficiency", "identical_to_ar", "identical_to_counterpart", "lossless",
-            "perplexity", "rouge_l", "joules_per_token")
+    cols = ("method", "dtype", "n", "tokens_per_s", "speedup", "speedup_median", "alpha", "tokens_per_call",
+            "mean_proposed", "c", "beta", "predicted_speedup", "efficiency", "step_target_ms", "step_draft_ms",
+            "step_host_ms", "identical_to_ar", "identical_to_counterpart", "lossless", "perplexity", "rouge_l",
+            "joules_per_token")
     cells = [[fmt(r.get(c)) for c in cols] for r in rows]
     widths = [max(len(c), *(len(row[i]) for row in cells)) for i, c in enumerate(cols)]
     lines = ["  ".join(c.ljust(w) for c, w in zip(cols, widths))]

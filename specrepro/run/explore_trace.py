@@ -15,6 +15,7 @@ from matplotlib.figure import Figure
 import simulations as sim
 
 from . import plots
+from .bench_summary import step_split
 from ..core.config import SamplingConfig
 from ..core.record import tokens_per_call
 from ..drafters.base import Drafter
@@ -171,9 +172,20 @@ def tokens_html(trace: Trace) -> str:
     alpha = f"{trace.alpha:.2f}" if trace.alpha is not None else "–"
     facts = (f"<b>{html.escape(trace.method)}</b>: {trace.tokens_per_s:.1f} tokens/s measured, "
              f"AR {trace.ar_tokens_per_s:.1f} tokens/s on the same prompt: <b>{trace.speedup:.2f}×</b> measured, "
-             f"{predicted} predicted; α {alpha}, {trace.tokens_per_call:.2f} tokens per target call")
+             f"{predicted} predicted; α {alpha}, {trace.tokens_per_call:.2f} tokens per target call"
+             f"{split_text(trace.record)}")
     return (f"<div class='specrepro-trace'><p>{facts}</p><p>{legend}</p>"
             f"<div style='font-family:monospace;line-height:1.7'>{body}</div></div>")
+
+
+def split_text(record: dict) -> str:
+    """"; a step: …": a steady step's time in the target's forwards, the draft's and the host's work (after the
+    first step, which holds the prefill; ``bench_summary.step_split``), or "" where the run was not split."""
+    split = step_split([record])
+    if split["step_target_ms"] is None:
+        return ""
+    return (f"; a step: target forward {split['step_target_ms']:.2f} ms, draft forwards "
+            f"{split['step_draft_ms']:.2f} ms, host {split['step_host_ms']:.2f} ms")
 
 
 def trace_figure(trace: Trace) -> Figure:
