@@ -3,12 +3,16 @@
 from __future__ import annotations
 
 import pytest
+import torch
 
+import simulations as sim
 from specrepro.core.config import DecodeConfig
 from specrepro.core.decoding import Clock, StepSplit
+from specrepro.decode.adaptive import AdaptiveGamma
 from specrepro.decode.autoregressive import autoregressive_generate
 from specrepro.decode.speculative import speculative_generate
 from specrepro.drafters import LMDrafter
+from specrepro.drafters.base import Drafter, Proposal
 from specrepro.drafters.eagle import EagleDrafter
 from specrepro.drafters.prompt_lookup import PromptLookupDrafter
 from specrepro.engine import timing
@@ -78,3 +82,43 @@ def test_every_loop_splits_its_generation(tiny_pair_64):
     assert parts(model)[1] <= model.time_draft_s  # its forwards are part of its proposing
     summary = step_split([rec.to_dict() for rec in (model,)])
     assert all(v is not None and v >= 0 for v in summary.values())
+
+
+# --- γ auto falls back to plain decoding when drafting stops paying ------------------------------------------------
+
+class Wrong(Drafter):
+    """Proposes, at every position, a token the greedy target does not pick: every draft is rejected at T = 0."""
+
+    def __init__(self, prompt_len: int, greedy: list[int], vocab: int):
+        self.prompt_len, self.greedy, self.vocab = prompt_len, greedy, vocab
+
+    def propose(self, ids, gamma, sampling, generator):
+        at = len(ids) - self.prompt_len
+        tokens = [(self.greedy[min(at + i, len(self.greedy) - 1)] + 1) % self.vocab for i in range(gamma)]
+        return Proposal(tokens=torch.tensor(tokens, dtype=torch.long), probs=None, calls=0)
+
+
+CURVE = sim.BetaCurve((1, 2, 3, 4, 5), (1.0, 1.1, 1.2, 1.3, 1.4))
+
+
+def test_gamma_auto_asks_for_no_draft_when_none_is_predicted_to_pay():
+    hopeless = AdaptiveGamma(c=0.5, beta=CURVE, alpha_prior=0.05, gamma_max=4)
+    assert hopeless.choose([], []) == 0 and "γ = 0: plain decoding" in hopeless.explain([], [])
+    hopeful = AdaptiveGamma(c=0.0, beta=CURVE, alpha_prior=0.8, gamma_max=4)
+    assert hopeful.choose([], []) >= 1 and "plain decoding" not in hopeful.explain([], [])
+    # the same prior after four rejections at the first draft: α̂_1 = 0.8 · 4 / 8 = 0.4
+    assert hopeful.alpha_estimates([0] * 4, [4] * 4)[0] == pytest.approx(0.4)
+
+
+def test_a_generation_whose_drafts_keep_failing_goes_on_as_ar_and_says_when(tiny_pair_64):
+    target, _ = tiny_pair_64
+    config = DecodeConfig(max_new_tokens=30, gamma="auto")
+    ar = autoregressive_generate(target, PROMPT, DecodeConfig(method="ar", max_new_tokens=30))
+    policy = AdaptiveGamma(c=0.0, beta=CURVE, alpha_prior=0.5, prior_weight=1.0, gamma_max=4)
+    rec = speculative_generate(target, Wrong(len(PROMPT), ar.token_ids, 64), PROMPT, config, gamma_policy=policy)
+    assert rec.token_ids == ar.token_ids and rec.accept_lengths and not any(rec.accept_lengths)
+    first = rec.gammas.index(0)
+    assert 1 <= first < 10 and not any(rec.gammas[first:])  # it stops drafting and does not start again
+    fell = rec.provenance["fell_back"]
+    assert fell["step"] == first + 1 and "γ = 0: plain decoding" in fell["why"]
+    assert len(rec.gammas) == rec.target_calls  # one target call per step, γ = 0 or not

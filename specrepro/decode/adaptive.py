@@ -16,6 +16,11 @@ lookup either copies a long span that keeps being accepted or fails at its first
 much higher than its first, and a single pooled α would choose γ too short. Positions never tested yet keep
 their prior, so a longer γ is tried when the prior says it may pay. Fixed γ stays the default, so the
 documents' tables are reproduced at the γ they name.
+
+When no γ is predicted to beat plain decoding (every E[speedup](γ) ≤ 1: the drafts are failing, or drafting costs
+more than it can save), the policy asks for γ = 0: the step verifies the newest token alone, as AR does, and the
+loop records why (``explain``). With no draft tested after that the estimates stand still, so the generation goes
+on as AR: a drafter that stopped paying is not tried again in that generation.
 """
 from __future__ import annotations
 
@@ -36,6 +41,9 @@ class FixedGamma:
 
     def choose(self, accept_lengths: list[int], proposed_lengths: list[int]) -> int:
         return self.gamma
+
+    def explain(self, accept_lengths: list[int], proposed_lengths: list[int]) -> str:
+        return f"γ fixed at {self.gamma}"
 
     def to_dict(self) -> dict:
         return {"policy": "fixed", "gamma": self.gamma}
@@ -86,8 +94,20 @@ class AdaptiveGamma:
         return tokens / step_cost(np.arange(1, self.gamma_max + 1), self.c, self.beta)  # [G]
 
     def choose(self, accept_lengths: list[int], proposed_lengths: list[int]) -> int:
-        """γ for the next step, from the accept and proposal lengths of this generation's steps so far."""
-        return int(np.argmax(self.speedups(accept_lengths, proposed_lengths))) + 1
+        """γ for the next step, from the accept and proposal lengths of this generation's steps so far: the best
+        γ, or 0 (verify the newest token alone, as AR) when no γ is predicted to beat plain decoding."""
+        speedups = self.speedups(accept_lengths, proposed_lengths)
+        best = int(np.argmax(speedups))
+        return best + 1 if speedups[best] > 1.0 else 0
+
+    def explain(self, accept_lengths: list[int], proposed_lengths: list[int]) -> str:
+        """Why :meth:`choose` gives what it gives: the best γ's predicted speedup and what it rests on."""
+        speedups = self.speedups(accept_lengths, proposed_lengths)
+        best = int(np.argmax(speedups))
+        alpha = self.alpha_estimates(accept_lengths, proposed_lengths)[0]
+        return (f"best predicted speedup {speedups[best]:.3f} at γ = {best + 1} (α̂_1 = {alpha:.3f}, c = "
+                f"{self.c:.3g}, β({best + 2}) = {float(self.beta(best + 2)):.3f}"
+                f"{'' if speedups[best] > 1.0 else '; not above 1, so γ = 0: plain decoding'})")
 
     def to_dict(self) -> dict:
         d = dataclasses.asdict(self)

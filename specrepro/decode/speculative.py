@@ -48,7 +48,11 @@ def speculative_generate(target: torch.nn.Module, drafter: Drafter, prompt_ids: 
     stop = None
     while stop is None:
         # 1. Propose: γ from the policy (acceptances so far), never more than the budget left after the target's token.
-        gamma = min(gamma_policy.choose(rec.accept_lengths, rec.proposed_lengths), config.max_new_tokens - len(out) - 1)
+        budget = config.max_new_tokens - len(out) - 1
+        gamma = min(gamma_policy.choose(rec.accept_lengths, rec.proposed_lengths), budget)
+        if gamma == 0 < budget and "fell_back" not in rec.provenance:  # drafting stopped paying: the step is AR's
+            rec.provenance["fell_back"] = {"step": len(rec.gammas) + 1, "why": gamma_policy.explain(
+                rec.accept_lengths, rec.proposed_lengths)}
         rec.gammas.append(gamma)
         t0 = clock.now()
         proposal = drafter.propose(ids, gamma, config.sampling, run.draft_generator) if gamma > 0 else Proposal.empty()
