@@ -51,7 +51,7 @@ def test_a_split_charges_each_phase_keeps_the_first_step_and_gives_the_steady_st
                       "first_step": {"wall_s": 6.0, "target_forward_s": 3.0, "draft_forward_s": 2.0}}
     # the second step alone: 3 s of wall, 2 s of target forward, 0.5 s of draft forward, so 0.5 s of host
     assert step_split([{"time_split": record, "wall_time_s": 9.0, "target_calls": 2}]) == pytest.approx(
-        {"step_target_ms": 2000.0, "step_draft_ms": 500.0, "step_host_ms": 500.0})
+        {"step_target_ms": 2000.0, "step_draft_ms": 500.0, "step_host_ms": 500.0, "draft_over_target": 0.25})
     assert StepSplit(Clock("cuda")).record(1.0) is None  # a forward only queues kernels there: not split
     assert step_split([{"time_split": None, "wall_time_s": 1.0, "target_calls": 3}])["step_host_ms"] is None
     assert step_split([{"wall_time_s": 1.0, "target_calls": 3}])["step_target_ms"] is None  # a record made before

@@ -28,6 +28,7 @@ from ..metrics.profile import Latency, Profile
 SUMMARY_COLUMNS = ("method", "base_method", "dtype", "gamma", "batch_size", "n", "new_tokens", "wall_time_s",
                    "tokens_per_s", "latency_per_token_s", "speedup", "speedup_median", "alpha", "tokens_per_call",
                    "mean_proposed", "c", "beta", "predicted_speedup", "step_target_ms", "step_draft_ms", "step_host_ms",
+                   "draft_over_target",
                    "efficiency", "identical_to_ar", "identical_to_counterpart", "lossless", "perplexity", "rouge_l",
                    "joules_per_token", "error")
 SPEEDUP_CAPTION = (f"speedup: {stats.POOLED_RATIO} over the baseline (Σ tokens / Σ seconds on the same prompts); "
@@ -49,21 +50,24 @@ def run_wall(records: list[dict]) -> float:
 def step_split(records: list[dict]) -> dict:
     """A steady step's wall time in three parts (``decoding.StepSplit``), in ms per target call after each run's
     first (which holds the prompt's prefill): ``step_target_ms`` the target's forwards, ``step_draft_ms`` the
-    draft's, ``step_host_ms`` the host's work around them. None where a run was not split (CUDA, peers, batched
-    rows) or made one call only."""
+    draft's, ``step_host_ms`` the host's work around them; ``draft_over_target`` the draft's forwards over the
+    target's in a step (what every drafter's drafting costs, measured: γ·c for a chain draft, 0 for one that runs no
+    model). None where a run was not split (CUDA, peers, batched rows) or made one call only."""
     parts = [(r.get("time_split"), r["wall_time_s"], r["target_calls"]) for r in records]
+    empty = dict.fromkeys(("step_target_ms", "step_draft_ms", "step_host_ms", "draft_over_target"))
     if not parts or any(split is None or split.get("first_step") is None for split, _, _ in parts):
-        return dict.fromkeys(("step_target_ms", "step_draft_ms", "step_host_ms"))
+        return empty
     steps = sum(calls - 1 for _, _, calls in parts)
     if steps <= 0:
-        return dict.fromkeys(("step_target_ms", "step_draft_ms", "step_host_ms"))
+        return empty
 
     def steady(key: str) -> float:
         return 1e3 * sum(split[f"{key}_forward_s"] - split["first_step"][f"{key}_forward_s"]
                          for split, _, _ in parts) / steps
     target, draft = steady("target"), steady("draft")
     wall = 1e3 * sum(wall - split["first_step"]["wall_s"] for split, wall, _ in parts) / steps
-    return {"step_target_ms": target, "step_draft_ms": draft, "step_host_ms": wall - target - draft}
+    return {"step_target_ms": target, "step_draft_ms": draft, "step_host_ms": wall - target - draft,
+            "draft_over_target": draft / target if target > 0 else None}
 
 
 def predicted_speedup(alpha: float | None, gamma: int, c: float, beta: float) -> float | None:
@@ -290,8 +294,8 @@ def format_summary(rows: list[dict]) -> str:
         return f"{v:.3f}" if isinstance(v, float) and not math.isnan(v) else str(v)
     cols = ("method", "dtype", "n", "tokens_per_s", "speedup", "speedup_median", "alpha", "tokens_per_call",
             "mean_proposed", "c", "beta", "predicted_speedup", "efficiency", "step_target_ms", "step_draft_ms",
-            "step_host_ms", "identical_to_ar", "identical_to_counterpart", "lossless", "perplexity", "rouge_l",
-            "joules_per_token")
+            "step_host_ms", "draft_over_target", "identical_to_ar", "identical_to_counterpart", "lossless",
+            "perplexity", "rouge_l", "joules_per_token")
     cells = [[fmt(r.get(c)) for c in cols] for r in rows]
     widths = [max(len(c), *(len(row[i]) for row in cells)) for i, c in enumerate(cols)]
     lines = ["  ".join(c.ljust(w) for c, w in zip(cols, widths))]
