@@ -1,7 +1,8 @@
 """MJSD: the joint-threshold rule on hand-made distributions, the beam-sampling drafter, both through the loop.
 
-The rule is LOSSY by design (Qin et al., Algorithm 1), so there is no χ² exactness test here; the tests pin the
-prefixes Algorithm 1 (with the seeds README's correction) accepts and the row the next token comes from.
+The rule is LOSSY by design (Qin et al., Algorithm 1); the tests pin the prefixes Algorithm 1 (with the seeds
+README's correction) accepts and the row the next token comes from. At τ = 1 it accepts nothing and is AR sampling,
+which a χ² test holds (the last test).
 """
 from __future__ import annotations
 
