@@ -467,9 +467,11 @@ def render(rows: list[ReportRow], figures: Path, committed: Path | None, base: P
 
 
 def write_reproduction(figures: Path, committed: Path | None, out: Path | None = None,
-                       executed: Path | None = None) -> Path:
+                       executed: Path | None = None, unless_rows_same: bool = False) -> Path:
     """Write ``<figures>/REPRODUCTION.md`` (or ``out``) comparing the run in ``figures`` with ``committed``; with
-    the ``executed`` notebooks' folder, also which run made each folder and which are stale (``freshness.staleness``)."""
+    the ``executed`` notebooks' folder, also which run made each folder and which are stale (``freshness.staleness``).
+    ``unless_rows_same`` (a call that ran no notebook): leave the report as it is when its rows would not change,
+    so that its column against the committed copy keeps saying what the last run moved."""
     from freshness import made_by, report_lines, staleness
 
     figures = Path(figures)
@@ -480,8 +482,23 @@ def write_reproduction(figures: Path, committed: Path | None, out: Path | None =
     text = render(rows, figures, committed, out.parent, made_by(runs) if runs is not None else None)
     if runs is not None:
         text += "\n" + "\n".join(report_lines(runs))
+    if unless_rows_same and out.is_file() and report_rows(out.read_text()) == report_rows(text):
+        return out
     out.write_text(text)
     return out
+
+
+def report_rows(text: str) -> dict[str, list[str]]:
+    """A report's item rows: item -> [item cell without its run, document's number, ours, verdict]. What the CSVs
+    and the claims decide; the column against the committed copy and the commit that made each row are left out."""
+    found = {}
+    for line in text.splitlines():
+        cells = [c.strip() for c in re.split(r"(?<!\\)\|", line)[1:-1]]
+        if not line.startswith("| ") or len(cells) != 5 or not cells[3].startswith("**"):  # a verdict cell
+            continue
+        item = re.sub(r"<br>\*made at\* [^<]*", "", cells[0])
+        found[item.split("<br>")[0]] = [item, *cells[1:4]]
+    return found
 
 
 VERDICTS_NAME = "VERDICTS.md"

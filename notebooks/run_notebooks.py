@@ -467,15 +467,16 @@ def finish(figures: Path, out: Path, executed: Path, done: dict[str, dict], setu
 def reports_only(figures: Path, out: Path, executed: Path) -> int:
     """With no run to make: the index, the verdicts and the report rewritten; 1, said, if that fails."""
     failures: list[str] = []
-    if write_reports(figures, out, executed, failures):
+    if write_reports(figures, out, executed, failures, ran=False):
         print("\n".join(failures), file=sys.stderr)
         return 1
     return 0
 
 
-def write_reports(figures: Path, out: Path, executed: Path, failures: list[str]) -> int:
+def write_reports(figures: Path, out: Path, executed: Path, failures: list[str], ran: bool = True) -> int:
     """``figures/INDEX.md`` (with each run's commit and freshness), ``VERDICTS.md`` and ``REPRODUCTION.md`` from
-    what ``figures`` holds; a claim decided twice is added to ``failures``. 1 if any failure, else 0."""
+    what ``figures`` holds; a claim decided twice is added to ``failures``. 1 if any failure, else 0. With no run
+    made (``ran`` False), REPRODUCTION.md is left as it is unless one of its rows changes."""
     if not figures.is_dir():
         return 0
     md, _ = write_index(figures)
@@ -488,21 +489,22 @@ def write_reports(figures: Path, out: Path, executed: Path, failures: list[str])
         print(f"verdicts: {write_verdicts(figures)}", flush=True)
     except ValueError as error:  # a claim decided in two notebooks
         failures.append(f"verdicts: {error}")
-    report = reproduction_report(figures, out, executed)
+    report = reproduction_report(figures, out, executed, unless_rows_same=not ran)
     if report:
         print(f"reproduction report: {report}", flush=True)
     return 1 if failures else 0
 
 
-def reproduction_report(figures: Path, out: Path, executed: Path) -> Path | None:
+def reproduction_report(figures: Path, out: Path, executed: Path, unless_rows_same: bool = False) -> Path | None:
     """figures/REPRODUCTION.md against the committed figures: the checkout's own when writing elsewhere, else
     HEAD's copy from git (this run has just overwritten the working tree's); with the stale artifacts."""
     from reproduction import committed_copy, write_reproduction
 
     if out != ROOT:
-        return write_reproduction(figures, ROOT / "figures", executed=executed)
+        return write_reproduction(figures, ROOT / "figures", executed=executed, unless_rows_same=unless_rows_same)
     with tempfile.TemporaryDirectory() as tmp:
-        return write_reproduction(figures, committed_copy(ROOT, Path(tmp)), executed=executed)
+        return write_reproduction(figures, committed_copy(ROOT, Path(tmp)), executed=executed,
+                                  unless_rows_same=unless_rows_same)
 
 
 if __name__ == "__main__":

@@ -278,27 +278,14 @@ def report_rows_decided_by(text: str) -> list[tuple[str, str, list[str]]]:
 
 
 
-def table_rows(text: str) -> dict[str, list[str]]:
-    """REPRODUCTION.md's item rows: item -> [item cell without its run, document's number, ours, verdict] (the
-    column compared with the committed copy, and the commit that made each row, depend on git, not on the CSVs)."""
-    found = {}
-    for line in text.splitlines():
-        cells = [c.strip() for c in re.split(r"(?<!\\)\|", line)[1:-1]]
-        if not line.startswith("| ") or len(cells) != 5 or not cells[3].startswith("**"):  # a verdict cell
-            continue
-        item = re.sub(r"<br>\*made at\* [^<]*", "", cells[0])
-        found[item.split("<br>")[0]] = [item, *cells[1:4]]
-    return found
-
-
 @needs_seeds
 @needs_figures
 def test_the_committed_reports_are_what_the_committed_csvs_give():
     """Every row of the committed REPRODUCTION.md and VERDICTS.md, rendered again from the committed CSVs by
     today's claims: no number in a row is typed, and a change to a claim needs the reports written again
     (``python notebooks/reproduction.py``)."""
-    committed = table_rows((FIGURES / "REPRODUCTION.md").read_text())
-    again = table_rows(rp.render(rp.evaluate(FIGURES, None), FIGURES, None, FIGURES))
+    committed = rp.report_rows((FIGURES / "REPRODUCTION.md").read_text())
+    again = rp.report_rows(rp.render(rp.evaluate(FIGURES, None), FIGURES, None, FIGURES))
     assert len(committed) == len(rp.catalogue(README)) and committed.keys() == again.keys()
     for item, cells in again.items():
         assert committed[item] == cells, item
@@ -564,3 +551,17 @@ def test_slides_tables_2_and_3_test_direction(tmp_path):
         return change
     assert verdicts_under(run, "Table 3 empirical α", slides.T3_ALPHA, alpha(0.05, 0.1, 0.3), alpha(0.05, 0.4, 0.3)
                           ) == [rp.REPRODUCED, rp.NOT_REPRODUCED]
+
+
+@needs_figures
+def test_a_call_that_ran_nothing_leaves_the_report_when_its_rows_stand(tmp_path):
+    """Rewriting the report with nothing run would compare the committed CSVs with themselves and erase what the
+    last run moved; it is rewritten only when a row changes (a claim's code did)."""
+    run = copy_csvs(FIGURES, tmp_path / "run")
+    out = tmp_path / "REPRODUCTION.md"
+    out.write_text(rp.render(rp.evaluate(run, None), run, None, tmp_path) + "\nthe last run's movements\n")
+    rp.write_reproduction(run, run, out, unless_rows_same=True)
+    assert out.read_text().endswith("the last run's movements\n")  # rows the same: left as it was
+    rewrite(run / ppd.PPD_FIG9, lambda rows: rows[0].update(first_loss="5.4", last_50_mean="1.9"))
+    rp.write_reproduction(run, run, out, unless_rows_same=True)
+    assert "the last run's movements" not in out.read_text()  # a row changed: written again
