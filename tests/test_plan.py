@@ -120,3 +120,21 @@ def test_a_drafter_that_drafts_for_free_is_built_once_at_the_planned_size():
                                                                                 choose=choose))
     plan = plan_run(ppd, PROFILES, RunRequest(dtype="bf16", gamma=3), models=lambda dtype: (None, "folder"))
     assert built == [5] and plan.tree_size == 5 and isinstance(plan.drafter, prompt.PPDDrafter)
+
+
+def test_method_auto_picks_the_expected_fastest_and_never_goes_without_ar(tmp_path, monkeypatch):
+    """With cheap verification (β(2) 1.05) prompt lookup's α prior makes it pay; where verifying two tokens costs
+    twice one (compute-bound), plain decoding is expected fastest. A draft model with no timing in the profile, and
+    a tree method with no weights for the target, are left out, saying why."""
+    from specrepro.run.plan import choose_method
+    monkeypatch.setenv("SPECREPRO_CACHE", str(tmp_path))  # no zoo weights for target "nowhere"
+    request = RunRequest(gamma="auto", gamma_max=4, candidates=("bf16",), target="nowhere")
+    cheap = {"bf16": fake_profile("bf16", 10.0, {2: 1.05, 3: 1.08, 5: 1.1})}
+    costly = {"bf16": fake_profile("bf16", 10.0, {2: 2.0, 3: 3.0, 5: 5.0})}
+    methods = [REGISTRY[n] for n in ("ar", "prompt-lookup", "speculative", "eagle")]
+    fast = choose_method(methods, cheap, request)
+    assert fast.method.name == "prompt-lookup" and fast.seconds_per_token["ar"] == pytest.approx(0.010)
+    assert "speculative left out" in fast.reason and "eagle left out" in fast.reason
+    assert choose_method(methods, costly, request).method.name == "ar"
+    with pytest.raises(ValueError, match="plain decoding among its candidates"):
+        choose_method(methods[1:], cheap, request)

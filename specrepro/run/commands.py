@@ -169,12 +169,44 @@ def check_generate(spec: Method, args: argparse.Namespace) -> tuple[DecodeConfig
     return config, [(prompt_id, messages) for prompt_id, messages, _ in prompts], mean_length
 
 
+AUTO_CANDIDATES = ("ar", "prompt-lookup", "speculative", "eagle", "medusa", "ppd")  # --method auto weighs these
+
+
+def auto_method(args: argparse.Namespace) -> tuple[Method, str]:
+    """``--method auto``: the candidate with the lowest expected seconds per token on this device's profiles
+    (``plan.choose_method``), AR among them; "speculative" only with a ``--draft``, and the token-tree methods with
+    the zoo's weights for the target (left out, said, where there are none). Then γ auto unless ``--gamma``."""
+    import torch
+
+    from ..engine.models import default_device, draft_alpha_prior
+    from ..metrics.calibrate import get_profile
+    from ..metrics.profile import candidate_dtypes
+    from .plan import RunRequest, choose_method, lazy_profiles
+
+    device = torch.device(args.device) if args.device else default_device()
+    profiles = lazy_profiles(lambda dtype: get_profile(args.target, args.draft, dtype, device=device,
+                                                       threads=args.threads, compiled=args.compile))
+    temperature = sampling_from(args).temperature
+    request = RunRequest(gamma="auto", target=args.target, candidates=candidate_dtypes(device),
+                         alpha_prior=draft_alpha_prior(args.draft, temperature) if args.draft else None)
+    choice = choose_method([method(n) for n in AUTO_CANDIDATES if n != "speculative" or args.draft], profiles,
+                           request)
+    return choice.method, choice.reason
+
+
 def cmd_generate(args: argparse.Namespace) -> int:
     from .generate import generate
     from ..engine.models import load_draft, load_model
     from ..methods import Needs
 
-    spec = method(args.method)
+    chosen = None
+    if args.method == "auto":
+        spec, chosen = auto_method(args)
+        print(f"specrepro generate: --method auto runs {spec.name}: {chosen}", file=sys.stderr)
+        args.draft = args.draft if spec.needs is Needs.DRAFT_MODEL else None  # a tree method: the zoo's weights
+        args.gamma = "auto" if args.gamma is None else args.gamma
+    else:
+        spec = method(args.method)
     config, prompts, prompt_tokens = check_generate(spec, args)
     loaded: dict = {}
 
@@ -190,6 +222,8 @@ def cmd_generate(args: argparse.Namespace) -> int:
         return target, loaded["source"]
 
     plan, provenance = plan_generate(spec, args, config, prompt_tokens, models=models)
+    if chosen is not None:
+        provenance = {**provenance, "method_choice": chosen}
     target, source = (loaded["target"], loaded["source"]) if loaded else models(plan.dtype)
     if args.compile:
         provenance = {**provenance, "compiled": True}
@@ -237,7 +271,8 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="cmd", required=True)
     gen = sub.add_parser("generate", help="generate text with one method")
     gen.add_argument("--method", default="speculative", type=method_arg,
-                     help=f"one of {', '.join(OUR_METHODS)} (python -m specrepro methods: what each is)")
+                     help=f"one of {', '.join(OUR_METHODS)} (python -m specrepro methods: what each is), or auto: "
+                          f"the one of {', '.join(AUTO_CANDIDATES)} expected fastest on this device, with γ auto")
     src = gen.add_mutually_exclusive_group(required=True)
     src.add_argument("--prompt", help="one prompt text")
     src.add_argument("--prompts", type=existing_file, help='JSON Lines file, one {"prompt": ...} per line')
@@ -309,7 +344,9 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def method_arg(value: str) -> Method:
+def method_arg(value: str) -> Method | str:
+    if value == "auto":
+        return value  # chosen on the device profiles when the run starts (auto_method)
     try:
         return method(value)
     except ValueError as err:

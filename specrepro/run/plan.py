@@ -101,6 +101,42 @@ def choose_run_dtype(method: Method, profiles: Mapping[str, Profile], request: R
     return choice.dtype, choice.reason
 
 
+@dataclass(frozen=True)
+class MethodChoice:
+    method: Method
+    reason: str  # the chosen method's expected ms/token and each other candidate's (or why it was left out)
+    seconds_per_token: dict  # method name -> expected seconds per token at its best dtype (and γ or tree size)
+
+
+def choose_method(methods: list[Method], profiles: Mapping[str, Profile], request: RunRequest) -> MethodChoice:
+    """``--method auto``: of ``methods`` (plain decoding among them), the one with the lowest expected seconds per
+    token on the device profiles, each at its best dtype and its best γ (or hardware-aware tree size), weighed with
+    its α prior at the run's context (``choose_dtype``). A candidate that cannot be costed here (a draft model with
+    no timing, a tree method with no weights for the target) is left out, saying why. The profiles hold the
+    forwards' costs, not the host's work around them, so a chosen drafter that stops paying mid-run goes on as
+    plain decoding (γ auto asks for γ = 0: ``decode.adaptive``)."""
+    if not any(m.cost is Cost.PLAIN for m in methods):
+        raise ValueError("method auto needs plain decoding among its candidates: it must never be slower than AR")
+    costs, detail, left_out = {}, {}, {}
+    for m in methods:
+        try:
+            choice = choose_dtype({d: profiles[d] for d in request.candidates}, m.cost.value, "auto",
+                                  alpha_prior(m, request), request.gamma_max,
+                                  tree_cost=tree_cost(m, None, request.target, "auto"),
+                                  prompt_tokens=request.prompt_tokens, new_tokens=request.new_tokens)
+        except (ValueError, FileNotFoundError, OSError) as err:
+            left_out[m.name] = str(err).split("\n")[0]
+            continue
+        costs[m.name] = choice.seconds_per_token[choice.dtype]
+        detail[m.name] = f"{1e3 * costs[m.name]:.2f} ms/token ({choice.dtype})"
+    chosen = min(costs, key=costs.get)
+    others = "; ".join([f"{n} {detail[n]}" for n in costs if n != chosen] +
+                       [f"{n} left out: {why}" for n, why in left_out.items()])
+    return MethodChoice(next(m for m in methods if m.name == chosen),
+                        f"{chosen} is expected fastest here: {detail[chosen]}" + (f" (vs {others})" if others else ""),
+                        costs)
+
+
 def gamma_policy(method: Method, profile: Profile | None, request: RunRequest) -> tuple[GammaPolicy, str]:
     if request.gamma != "auto":
         return FixedGamma(request.gamma), "named"
