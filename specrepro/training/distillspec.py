@@ -39,17 +39,20 @@ from pathlib import Path
 import numpy as np
 import torch
 from tqdm import tqdm
+from transformers import DynamicCache
 
-from ..decode.autoregressive import autoregressive_generate
+from ..core.batch_cache import check_batchable
 from ..core.config import DecodeConfig, SamplingConfig
 from ..core.cost import tau
 from ..core.decoding import eos_ids, model_device
+from ..core.kvcache import drop_last
 from ..drafters import LMDrafter
 from ..core.executor import ExecutorConfig, executor_arg, run_cells
 from ..core.prompts import encode_prompt, load_suite
 from ..core.provenance import atomic_write_text
 from ..core.record import alpha_of
-from ..decode.batched import batched_generate
+from ..decode.autoregressive import autoregressive_generate
+from ..decode.batched import batched_autoregressive, batched_generate
 from .data import Example, collate, generate_with_rows
 from .evaluate import data_agreement
 from .loop import Trainer, train_loop
@@ -162,10 +165,55 @@ def teacher_examples(target: torch.nn.Module, pairs: list[tuple[list[int], list[
             logits = target(input_ids=ids).logits  # [b, L, V]
         for b, ((x, y), s) in enumerate(zip(part, seqs)):
             n0, n = len(x), len(s)
-            rows = logits[b, n0 - 1: n - 1].float().softmax(-1)  # rows predicting y_0..y_{m-1}: [m, V]
-            top = torch.topk(rows, top_k, dim=-1)  # [m, K]
-            examples.append(Example.with_rows(s, slice(n0, None), top.indices.cpu(), top.values.cpu()))
+            examples.append(_example(s, n0, logits[b, n0 - 1: n - 1], top_k))
     return examples
+
+
+def _example(seq: list[int], n0: int, logits: torch.Tensor, top_k: int) -> Example:
+    """``seq`` = x + y with the target's top-k rows ``logits`` [len(y), V] (raw, T = 1) at the positions of y."""
+    top = torch.topk(logits.float().softmax(-1), top_k, dim=-1)  # [m, K]
+    return Example.with_rows(seq, slice(n0, None), top.indices.cpu(), top.values.cpu())
+
+
+class PrefixTeacher:
+    """``teacher_examples`` for outputs written on a few prompts over and over (the draft and mix cells sample
+    new outputs y on the same train prompts x at every step): each prompt's keys and values are computed once and
+    kept, and every (x, y) pair runs only its own len(y) columns after them. The rows are the full forward's up
+    to float rounding (tested). Keeps at most ``capacity`` prompts, the least recently used leaving first."""
+
+    def __init__(self, target: torch.nn.Module, top_k: int, capacity: int = 32):
+        if not isinstance(capacity, int) or capacity < 1:
+            raise ValueError(f"capacity must be an integer >= 1, got {capacity!r}")
+        self.target, self.top_k, self.capacity = target, top_k, capacity
+        self._prefixes: dict[tuple[int, ...], DynamicCache] = {}  # x -> the cache of x[:-1], in use order
+
+    def __getstate__(self) -> dict:  # a Ray task gets the target, not the caches: it fills its own
+        return {**self.__dict__, "_prefixes": {}}
+
+    def examples(self, pairs: list[tuple[list[int], list[int]]]) -> list[Example]:
+        if any(len(x) < 1 or len(y) < 1 for x, y in pairs):
+            raise ValueError("every (x, y) pair needs at least one prompt token and one output token")
+        out = []
+        with torch.inference_mode():
+            for x, y in pairs:
+                cache = self._prefix(tuple(x))
+                ids = torch.tensor([[x[-1], *y[:-1]]], device=model_device(self.target))  # the rows of y_0..y_{m-1}
+                logits = self.target(input_ids=ids, cache=cache, use_cache=True).logits[0]  # [m, V]
+                drop_last(cache, len(y))  # back to the prompt alone, for the next output on it
+                out.append(_example(list(x) + list(y), len(x), logits, self.top_k))
+        return out
+
+    def _prefix(self, x: tuple[int, ...]) -> DynamicCache:
+        cache = self._prefixes.pop(x, None)
+        if cache is None:
+            cache = DynamicCache(config=self.target.config)
+            if len(x) > 1:
+                self.target(input_ids=torch.tensor([x[:-1]], device=model_device(self.target)),
+                            cache=cache, use_cache=True)
+            if len(self._prefixes) >= self.capacity:
+                del self._prefixes[next(iter(self._prefixes))]
+        self._prefixes[x] = cache
+        return cache
 
 
 def target_samples(target: torch.nn.Module, prompts: list[list[int]], cfg: StudyConfig, stop: int, seed: int,
@@ -183,12 +231,19 @@ def target_samples(target: torch.nn.Module, prompts: list[list[int]], cfg: Study
 
 def draft_samples(draft: torch.nn.Module, prompts: list[list[int]], cfg: StudyConfig, eos: set[int],
                   seed: int) -> list[list[int]]:
-    """One output per prompt sampled from the draft's own q (the package's AR loop, cached), seeds seed + b."""
+    """One output per prompt sampled from the draft's own q, seeds seed + b: the package's batch-1 AR loop's output
+    for each prompt and seed. The rows run together (``batched_autoregressive``) where the draft can be batched
+    (the engine's drafts can), else one after the other."""
     draft.eval()
-    sampling = SamplingConfig(temperature=cfg.sample_temperature)
-    return [autoregressive_generate(draft, list(x), DecodeConfig(method="ar", max_new_tokens=cfg.max_new,
-                                                                 sampling=sampling, seed=seed + b), eos).token_ids
-            for b, x in enumerate(prompts)]
+    config = DecodeConfig(method="ar", max_new_tokens=cfg.max_new,
+                          sampling=SamplingConfig(temperature=cfg.sample_temperature))
+    seeds = [seed + b for b in range(len(prompts))]
+    try:
+        check_batchable(draft)
+    except ValueError:  # e.g. a reduced-vocabulary draft without the engine, whose forward takes no position ids
+        return [autoregressive_generate(draft, list(x), dataclasses.replace(config, seed=s), eos).token_ids
+                for x, s in zip(prompts, seeds)]
+    return [rec.token_ids for rec in batched_autoregressive(draft, [list(x) for x in prompts], config, eos, seeds)]
 
 
 def schedule(n_train: int, cfg: StudyConfig) -> list[list[int]]:
@@ -209,9 +264,13 @@ def schedule(n_train: int, cfg: StudyConfig) -> list[list[int]]:
 
 
 def train_cell(target: torch.nn.Module, draft: torch.nn.Module, data: StudyData, source: str, divergence: str,
-               cfg: StudyConfig, fixed: list[Example], pool: list[list[Example]]) -> tuple[torch.nn.Module, dict]:
+               cfg: StudyConfig, fixed: list[Example], pool: list[list[Example]],
+               teacher: PrefixTeacher | None = None) -> tuple[torch.nn.Module, dict]:
     """A copy of ``draft`` (fp32) distilled for ``cfg.steps`` steps on outputs from ``source``. ``fixed`` holds the
-    reference examples of the train pairs, ``pool[s]`` the target's samples for step s. Returns (draft, log)."""
+    reference examples of the train pairs, ``pool[s]`` the target's samples for step s; ``teacher`` gives the
+    target's rows of the draft's outputs (default: a new ``PrefixTeacher``; pass one to share its prompts' keys and
+    values across cells). Returns (draft, log)."""
+    teacher = teacher if teacher is not None else PrefixTeacher(target, cfg.top_k)
     student = copy.deepcopy(draft).float()
     student.requires_grad_(True)
     trainer = Trainer(student, cfg.lr, betas=(0.9, 0.95), max_grad_norm=1.0)  # constant lr: already trained
@@ -230,7 +289,7 @@ def train_cell(target: torch.nn.Module, draft: torch.nn.Module, data: StudyData,
             prompts = [list(data.train[i][0]) for i in picked[:n_draft]]
             outputs = draft_samples(student, prompts, cfg, set(data.eos), seed=cfg.seed * 1_000_003 + 1000 * step)
             drawn += len(outputs)
-            batch = teacher_examples(target, list(zip(prompts, outputs)), cfg.top_k) + pool[step][n_draft:]
+            batch = teacher.examples(list(zip(prompts, outputs))) + pool[step][n_draft:]
         sample_s += time.perf_counter() - t0
         student.train()
         return batch_loss(student, collate(batch, cfg.max_len), divergence)
@@ -299,11 +358,12 @@ def _write(path: Path, obj: dict) -> None:
 
 
 def distill_cell(target: torch.nn.Module, draft: torch.nn.Module, data: StudyData, cfg: StudyConfig,
-                 fixed: list[Example], pool: list[list[Example]], held: list[Example], cell: tuple[str, str]) -> dict:
+                 fixed: list[Example], pool: list[list[Example]], held: list[Example], teacher: PrefixTeacher,
+                 cell: tuple[str, str]) -> dict:
     """One cell of the grid, ``cell`` = (source, divergence): a copy of ``draft`` distilled (``train_cell``) and
     measured (``evaluate``), as the record its file keeps. Module-level, so that a Ray task can run it."""
     source, divergence = cell
-    student, log = train_cell(target, draft, data, source, divergence, cfg, fixed, pool)
+    student, log = train_cell(target, draft, data, source, divergence, cfg, fixed, pool, teacher)
     return {"cell": f"{source}-{divergence}", "source": source, "divergence": divergence, **log,
             **evaluate(target, student, data, cfg, held)}
 
@@ -361,7 +421,8 @@ def run_study(target: torch.nn.Module, draft: torch.nn.Module, data: StudyData, 
     cell_file = lambda source, divergence: out / "cells" / f"{source}-{divergence}.json"
     todo = [c for c in cfg.cells() if not cell_file(*c).exists()]  # the resume key: the cell's file
     # Each cell trained and measured by the executor (here, or as a Ray task); its file written here, in order.
-    run_cells(functools.partial(distill_cell, target, draft, data, cfg, fixed, pool, held), todo, executor,
+    teacher = PrefixTeacher(target, cfg.top_k)  # the train prompts' keys and values, shared by the cells run here
+    run_cells(functools.partial(distill_cell, target, draft, data, cfg, fixed, pool, held, teacher), todo, executor,
               progress="DistillSpec cells" if progress else False,
               on_result=lambda i, record: _write(cell_file(*todo[i]), record))
     rows = []

@@ -2,6 +2,7 @@
 score, and that distillation moves the draft towards the target."""
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import pytest
@@ -21,6 +22,14 @@ def pair():
     target = tiny_model(vocab_size=V, n_layers=1, hidden=32, seed=5)
     draft = draft_from_target(tiny_model(vocab_size=V, n_layers=1, hidden=32, seed=9), torch.arange(V), n_layers=1)
     return target, draft.eval().requires_grad_(False)
+
+
+def engine_draft():
+    """The pair's draft, a fresh copy with the engine attached (as ``load_draft`` attaches it)."""
+    from specrepro.engine import attach
+    draft = draft_from_target(tiny_model(vocab_size=V, n_layers=1, hidden=32, seed=9), torch.arange(V), n_layers=1)
+    assert attach(draft.eval().requires_grad_(False)) is not None
+    return draft
 
 
 def study_data(n_train: int = 6) -> StudyData:
@@ -73,6 +82,46 @@ def test_teacher_rows_are_the_targets_distribution_at_each_output_position(pair)
         row = torch.zeros(V).scatter_(0, ex.top_ids[len(x) + j], ex.top_probs[len(x) + j])
         torch.testing.assert_close(row, probs[len(x) + j - 1], atol=1e-5, rtol=1e-4)
     assert float(ex.tail[len(x):].abs().max()) < 1e-5  # top_k = V keeps all the mass
+
+
+def test_the_prefix_teacher_gives_the_full_forwards_rows_and_keeps_its_prompts_unchanged(pair):
+    """``PrefixTeacher`` runs each prompt once and only the output's columns after it: the rows of
+    ``teacher_examples`` (one forward over x + y), for a prompt seen again with another output, for a one-token
+    prompt, and after the least recently used prompt left its capacity."""
+    target, _ = pair
+    pairs = [([1, 2, 3, 4], [20, 21, STOP]), ([5, 6], [7]), ([1, 2, 3, 4], [9, 8, 7, 6]), ([3], [4, 5]),
+             ([5, 6], [8, 9])]
+    teacher = ds.PrefixTeacher(target, top_k=V, capacity=2)
+    got = teacher.examples(pairs[:2]) + teacher.examples(pairs[2:])
+    want = ds.teacher_examples(target, pairs, top_k=V)
+    for a, b in zip(got, want):
+        assert a.tokens.tolist() == b.tokens.tolist() and a.has_row.tolist() == b.has_row.tolist()
+        for pos in a.has_row.nonzero().flatten().tolist():  # the same law at every output position
+            row_a = torch.zeros(V).scatter_(0, a.top_ids[pos], a.top_probs[pos])
+            row_b = torch.zeros(V).scatter_(0, b.top_ids[pos], b.top_probs[pos])
+            torch.testing.assert_close(row_a, row_b, atol=1e-5, rtol=1e-4)
+    assert len(teacher._prefixes) == 2 and (1, 2, 3, 4) not in teacher._prefixes  # capacity 2: the oldest left
+    assert [c.get_seq_length() for c in teacher._prefixes.values()] == [0, 1]  # each back to its prompt
+    with pytest.raises(ValueError, match="at least one"):
+        teacher.examples([([], [1])])
+    with pytest.raises(ValueError, match="capacity"):
+        ds.PrefixTeacher(target, top_k=4, capacity=0)
+
+
+@pytest.mark.parametrize("engine", [False, True], ids=["one-by-one", "batched"])
+def test_draft_samples_are_the_batch1_ar_runs(pair, engine):
+    """The draft's outputs, sampled for every prompt together (a draft on the engine) or one after the other, are
+    the batch-1 AR loop's for each prompt and seed."""
+    from specrepro.core.config import DecodeConfig, SamplingConfig
+    from specrepro.decode.autoregressive import autoregressive_generate
+    draft = engine_draft() if engine else pair[1]
+    prompts = [[1, 2, 3], [4, 5], [7, 8, 9, 10, 11]]
+    got = ds.draft_samples(draft, prompts, SMALL, {STOP}, seed=40)
+    config = DecodeConfig(method="ar", max_new_tokens=SMALL.max_new,
+                          sampling=SamplingConfig(temperature=SMALL.sample_temperature))
+    want = [autoregressive_generate(draft, x, dataclasses.replace(config, seed=40 + b), {STOP}).token_ids
+            for b, x in enumerate(prompts)]
+    assert got == want
 
 
 def test_tau_batched_is_tau_one_prompt_at_a_time(pair):
