@@ -8,6 +8,7 @@ import sys
 
 from ..engine import ENGINES
 from ..engine import ENV as ENGINE_ENV
+from ..core.prompts import GROUNDED, SUITES
 from ..core.cli import (Parser, check_writable, device, existing_file, interrupted_while_starting, non_negative_int,
                   positive_int, resume_command, run_command, threads)
 
@@ -311,7 +312,8 @@ def build_parser() -> argparse.ArgumentParser:
                        help=f"comma-separated: {', '.join(METHODS)}; each may carry its own dtype, γ, tree size, "
                             f"rule and parameters: {', '.join(example_labels())}")
     src = bench.add_mutually_exclusive_group(required=True)
-    src.add_argument("--suite", help="offline suite: instruct, chat, math, summarize, humaneval or mixed")
+    src.add_argument("--suite", help=f"offline suite: {', '.join(SUITES[:-1])} or {SUITES[-1]} (the suites "
+                                     f"whose output copies from its input: {', '.join(GROUNDED)})")
     src.add_argument("--prompts", type=existing_file, help='JSON Lines file, one {"prompt": ...} per line')
     bench.add_argument("--limit", type=positive_int, default=None, help="run only the first N prompts")
     add_decode_args(bench)
