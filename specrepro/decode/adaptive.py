@@ -2,9 +2,11 @@
 
 ``--gamma auto`` (issue 12) picks, before every step, the γ that maximises the expected speedup (``specrepro.core.cost``)
 
-    E[speedup](γ) = τ(γ) / (γc + β(γ+1)),    τ(γ) = 1 + Σ_{i=1}^{γ} Π_{j≤i} α_j
+    E[speedup](γ) = τ(γ) (1 + h_AR) / (γc + β(γ+1) + h_spec),    τ(γ) = 1 + Σ_{i=1}^{γ} Π_{j≤i} α_j
 
-with c and the β(n) curve of the device profile (``specrepro.metrics.profile``) and running estimates of the
+with c, the β(n) curve and the host's work per step (h_AR for a plain step, h_spec for a speculative one, both in
+units of L_fp(1): ``Profile.host``, 0 when the profile has no such measurement) of the device profile
+(``specrepro.metrics.profile``), and running estimates of the
 conditional acceptance rates α_i = P(draft i accepted | drafts 1..i−1 accepted), each starting from a prior
 that counts as ``prior_weight`` tests and adding every test this generation made at position i:
 
@@ -56,6 +58,8 @@ class AdaptiveGamma:
     alpha_prior: float = DEFAULT_ALPHA_PRIOR  # α_i before this generation has tested position i
     prior_weight: float = 4.0  # the prior counts as this many tests at each position
     gamma_max: int = 16  # largest γ considered (bounded by the profile's n_max − 1)
+    host_ar: float = 0.0  # the host's work of a plain step, in target decode steps (L_fp(1))
+    host_spec: float = 0.0  # the host's work of a speculative step, in target decode steps
 
     def __post_init__(self) -> None:
         if not 0.0 <= self.alpha_prior <= 1.0:
@@ -67,6 +71,8 @@ class AdaptiveGamma:
                              f"got {self.gamma_max}")
         if self.c < 0:
             raise ValueError(f"c must be >= 0, got {self.c}")
+        if not (self.host_ar >= 0 and self.host_spec >= 0):
+            raise ValueError(f"host_ar and host_spec must be >= 0, got {self.host_ar} and {self.host_spec}")
 
     @classmethod
     def from_profile(cls, profile: Profile, model_free: bool, alpha_prior: float | None = None,
@@ -76,7 +82,8 @@ class AdaptiveGamma:
             raise ValueError("gamma auto with a draft model needs a profile with the draft's timing "
                              "(calibrate with --draft)")
         return cls(c=c, beta=profile.beta_curve(), gamma_max=min(gamma_max, profile.n_max - 1),
-                   alpha_prior=DEFAULT_ALPHA_PRIOR if alpha_prior is None else alpha_prior)
+                   alpha_prior=DEFAULT_ALPHA_PRIOR if alpha_prior is None else alpha_prior,
+                   host_ar=profile.host_s(0) / profile.decode_s, host_spec=profile.host_s(1) / profile.decode_s)
 
     def alpha_estimates(self, accept_lengths: list[int], proposed_lengths: list[int]) -> np.ndarray:
         """α̂_i for i = 1..gamma_max [G]: draft i was tested at a step that proposed ≥ i drafts and accepted
@@ -91,7 +98,8 @@ class AdaptiveGamma:
     def speedups(self, accept_lengths: list[int], proposed_lengths: list[int]) -> np.ndarray:
         """E[speedup] for γ = 1..gamma_max [G] under the current estimates."""
         tokens = tau_by_position(self.alpha_estimates(accept_lengths, proposed_lengths))  # [G]
-        return tokens / step_cost(np.arange(1, self.gamma_max + 1), self.c, self.beta)  # [G]
+        steps = step_cost(np.arange(1, self.gamma_max + 1), self.c, self.beta) + self.host_spec  # [G]
+        return tokens * (1 + self.host_ar) / steps  # [G]
 
     def choose(self, accept_lengths: list[int], proposed_lengths: list[int]) -> int:
         """γ for the next step, from the accept and proposal lengths of this generation's steps so far: the best
@@ -105,8 +113,10 @@ class AdaptiveGamma:
         speedups = self.speedups(accept_lengths, proposed_lengths)
         best = int(np.argmax(speedups))
         alpha = self.alpha_estimates(accept_lengths, proposed_lengths)[0]
+        host = (f", host {self.host_spec:.3f} a step against AR's {self.host_ar:.3f}"
+                if self.host_spec or self.host_ar else "")
         return (f"best predicted speedup {speedups[best]:.3f} at γ = {best + 1} (α̂_1 = {alpha:.3f}, c = "
-                f"{self.c:.3g}, β({best + 2}) = {float(self.beta(best + 2)):.3f}"
+                f"{self.c:.3g}, β({best + 2}) = {float(self.beta(best + 2)):.3f}{host}"
                 f"{'' if speedups[best] > 1.0 else '; not above 1, so γ = 0: plain decoding'})")
 
     def to_dict(self) -> dict:

@@ -25,8 +25,8 @@ from ..core.provenance import busy_cores, environment, git_revision, host_speed
 from ..engine.disk import profiles_dir
 from ..engine.llama import onednn_bf16
 from .prefix import BatchedPrefix, batch_contexts
-from .profile import (DEFAULT_NS, DTYPE_NAMES, LONG_NS, N_MAX, Latency, Profile, ProfileKey, calibration_context,
-                      cpu_info, dtype_name, forward_timer, load_profile, save_profile)
+from .profile import (DEFAULT_NS, DTYPE_NAMES, LONG_NS, N_MAX, HostCost, Latency, Profile, ProfileKey,
+                      calibration_context, cpu_info, dtype_name, forward_timer, load_profile, save_profile)
 
 
 def memory_bandwidth(device: torch.device, megabytes: int = 256, repeats: int = 5) -> float:
@@ -182,14 +182,16 @@ def prefill_time(model: torch.nn.Module, prompt: list[int], batch: int = 1) -> f
 def get_profile(target: str, draft: str | None, dtype: str, device: str | torch.device | None = None,
                 threads: int | None = None, recalibrate: bool = False, context_tokens: int = 256,
                 repeats: int = 5, out: str | Path | None = None, log=sys.stderr, compiled: bool = False,
-                peer=None) -> Profile:
+                peer=None, host: Callable[[torch.nn.Module, list[int]], HostCost] | None = None) -> Profile:
     """The cached profile for this key, or a fresh calibration (models loaded at ``dtype``, their forwards compiled
     with ``compiled``: the warm-up round then pays the compilation) saved to the cache (and to ``out`` if given).
 
     ``calibrate`` also wants the compute roofline (``roofline``) in the profile's ``machine``, and, with ``peer`` (a
     ``specrepro.run.peers.LlamaCppPeer``: ``describe()`` and ``measure(context, ns, repeats)``), llama.cpp's forwards on
     the same context and sizes. A cached profile without them (written before they were measured, or under another
-    llama.cpp or thread count) gets them added, its own timings kept, and is saved again."""
+    llama.cpp or thread count) gets them added, its own timings kept, and is saved again. So does the host's work
+    per step (``Profile.host``), with ``host(target, context) -> HostCost`` (``specrepro.run.host_cost``, which
+    runs the decoding loops this layer may not import), on a CPU: on CUDA a step's parts cannot be split."""
     from ..engine.models import default_device
     device = torch.device(device) if device is not None else default_device()
     if threads is not None:
@@ -208,7 +210,8 @@ def get_profile(target: str, draft: str | None, dtype: str, device: str | torch.
         t, d, context = models
         profile = measure(t.model, d.model if d else None, context, key, repeats=repeats, progress=show)
     stale_peer = peer is not None and (profile.peer is None or not profile.peer.same_setup(peer.describe()))
-    if models is not None or "gemm_flops_s" not in profile.machine or stale_peer:
+    no_host = host is not None and profile.host is None and device.type != "cuda"
+    if models is not None or "gemm_flops_s" not in profile.machine or stale_peer or no_host:
         t, _, context = models or _calibration_models(dataclasses.replace(key, compiled=False), device)
         if "gemm_flops_s" not in profile.machine:
             profile = dataclasses.replace(profile, machine={**profile.machine, **roofline(t.model, key.dtype)})
@@ -216,6 +219,10 @@ def get_profile(target: str, draft: str | None, dtype: str, device: str | torch.
             print(f"calibrate: {peer.describe()['engine']} on the same context and sizes", file=log, flush=True)
             profile = dataclasses.replace(profile, peer=peer.measure(context, [n for n, _ in profile.forward],
                                                                      repeats=key.repeats))
+        if no_host:
+            print(f"calibrate {key.dtype}: the host's work per step (plain and prompt-lookup runs)", file=log,
+                  flush=True)
+            profile = dataclasses.replace(profile, host=host(t.model, context))
         save_profile(profile, path)
     if out is not None:
         save_profile(profile, out)

@@ -8,7 +8,10 @@ For a (target, draft) pair on the device at hand, and for one dtype, a profile h
               ``contexts`` (512, 1024): ``at_context(c)`` gives the curve at the run's own context;
     L_pre(P)  seconds of the prefill, one forward over a P-token prompt from an empty cache (``prefill_s``);
     β(n)      = L_fp(n) / L_fp(1), the verification cost of the survey blog's *Batch Size* section;
-    c         = one draft decode step / one target decode step (L_fp(1)), the cost ratio.
+    c         = one draft decode step / one target decode step (L_fp(1)), the cost ratio;
+    host      the host's seconds per step outside the forwards, a plain step's and a speculative step's
+              (``HostCost``; issue 64: on a 2-core Zen 1 a prompt-lookup step spent 2.6 ms there against AR's
+              1.2 ms, around forwards of 10-18 ms, which a forwards-only prediction never saw).
 
 A profile keyed with ``batch`` B > 1 (a bench at ``--batch-size B``) times every forward over B rows at once:
 L_fp(n) is then L(B, n) of ``metrics.batching``, β(n) the survey's β(B, n) and c the batched draft's step over the
@@ -34,6 +37,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import math
 import os
 import platform
 import re
@@ -47,7 +51,7 @@ import torch
 
 from simulations.speculative import BetaCurve
 
-from ..core.cost import seconds_per_token
+from ..core.cost import seconds_per_token, tau
 from ..core.decoding import Clock, model_device
 from ..core.kvcache import CachedModel
 from ..engine.models import native_bf16
@@ -260,6 +264,33 @@ class PeerProfile:
 
 
 @dataclass(frozen=True)
+class HostCost:
+    """The host's seconds per decode step outside every forward (sampling, acceptance, proposals, trees and masks,
+    cache bookkeeping), steady state (the first step, with the prefill, left out): what the forward curve does not
+    hold. Measured by running the loops themselves (``specrepro.run.host_cost``), on this machine, once per profile.
+
+    ``ar_step_s`` is a plain decode step's; ``spec_step_s`` a speculative step's with a model-free drafter
+    (``method``, γ = ``gamma``): the loop's own work, which every drafter pays; a drafter's extra host work (EAGLE
+    growing its tree) is not in it, so a prediction with it is still a lower bound on a step's seconds."""
+
+    ar_step_s: float
+    spec_step_s: float
+    method: str = "prompt-lookup"
+    gamma: int = 4
+    steps: int = 0  # steady steps timed, of each loop
+
+    def __post_init__(self) -> None:
+        for name in ("ar_step_s", "spec_step_s"):
+            value = getattr(self, name)
+            if not (isinstance(value, (int, float)) and math.isfinite(value) and value >= 0):
+                raise ValueError(f"{name} must be a finite number of seconds >= 0, got {value!r}")
+
+    def step_s(self, gamma: int) -> float:
+        """Host seconds of a step that proposes ``gamma`` drafts (0: a plain decode step)."""
+        return self.ar_step_s if gamma == 0 else self.spec_step_s
+
+
+@dataclass(frozen=True)
 class Profile:
     """One dtype's measurements for a model pair on one device (see the module docstring)."""
 
@@ -275,6 +306,9 @@ class Profile:
     # llama.cpp's step on the same GGUF, threads and context, measured by ``calibrate`` where llama-cpp-python is
     # installed (None otherwise, and in profiles written before it: such files read as they were)
     peer: PeerProfile | None = None
+    # the host's work per step outside the forwards (``HostCost``), measured where the loops can run (the bench, the
+    # calibrate command); None in profiles measured without it: predictions then count the forwards alone
+    host: HostCost | None = None
 
     def __post_init__(self) -> None:
         ns = [n for n, _ in self.forward]
@@ -370,19 +404,26 @@ class Profile:
         """Cost ratio c: one draft decode step / one target decode step."""
         return None if self.draft_decode is None else self.draft_decode.median_s / self.decode_s
 
+    def host_s(self, gamma: int) -> float:
+        """The host's seconds of a step proposing ``gamma`` drafts (``HostCost.step_s``; 0 without a measurement)."""
+        return 0.0 if self.host is None else self.host.step_s(gamma)
+
     def time_per_token(self, gamma: int, alpha: float, c: float | None = None) -> float:
         """Expected seconds per generated token with γ drafts per step at acceptance rate α.
 
-        A step costs γ draft steps (γ·c·L_fp(1)) and one verification forward L_fp(γ+1) and yields
-        τ = (1 − α^{γ+1}) / (1 − α) tokens (survey blog, *Batch Size*); γ = 0 is plain decoding (L_fp(1)).
-        ``c`` defaults to the profile's draft; pass 0 for a model-free drafter.
+        A step costs γ draft steps (γ·c·L_fp(1)), one verification forward L_fp(γ+1) and the host's work around
+        them (``host_s``), and yields τ = (1 − α^{γ+1}) / (1 − α) tokens (survey blog, *Batch Size*); γ = 0 is
+        plain decoding (L_fp(1) and a plain step's host work). ``c`` defaults to the profile's draft; pass 0 for a
+        model-free drafter.
         """
         c = (self.c or 0.0) if c is None else c
-        return seconds_per_token(gamma, alpha, c, self.l_fp)
+        return seconds_per_token(gamma, alpha, c, self.l_fp) + self.host_s(gamma) / tau(alpha, gamma)
 
     def summary(self) -> dict:
         """The numbers a reader wants first: L_fp(1), c and β(2..9)."""
-        return {"dtype": self.key.dtype, "decode_ms": 1e3 * self.decode_s, "c": self.c,
+        host = {} if self.host is None else {"host_ar_ms": 1e3 * self.host.ar_step_s,
+                                             "host_spec_ms": 1e3 * self.host.spec_step_s}
+        return {"dtype": self.key.dtype, "decode_ms": 1e3 * self.decode_s, "c": self.c, **host,
                 **{f"beta_{n}": self.beta(n) for n in range(2, min(9, self.n_max) + 1)}}
 
     def to_dict(self) -> dict:
@@ -404,7 +445,8 @@ class Profile:
                        draft_decode=Latency(**d["draft_decode"]) if d["draft_decode"] else None,
                        machine=dict(d["machine"]), contexts=tuple((int(c), curve(f)) for c, f in d["contexts"]),
                        prefill=curve(d["prefill"]),
-                       peer=PeerProfile.from_dict(d["peer"]) if d.get("peer") else None)
+                       peer=PeerProfile.from_dict(d["peer"]) if d.get("peer") else None,
+                       host=HostCost(**d["host"]) if d.get("host") else None)
         except (KeyError, TypeError, ValueError) as err:
             raise ValueError(f"{source} is a damaged device profile ({type(err).__name__}: {err})") from None
 
@@ -511,7 +553,9 @@ def choose_dtype(profiles: dict[str, Profile], kind: str, gamma: int | str = 4,
     for name, base in profiles.items():
         prof = base if prompt_tokens is None else base.at_context(prompt_tokens + new_tokens // 2)
         if kind == "plain":
-            cost[name], detail[name] = prof.decode_s, f"L_fp(1) {1e3 * prof.decode_s:.1f} ms"
+            cost[name] = prof.decode_s + prof.host_s(0)
+            detail[name] = f"L_fp(1) {1e3 * prof.decode_s:.1f} ms" + (
+                f" + host {1e3 * prof.host_s(0):.2f} ms" if prof.host is not None else "")
         elif kind == "self-drafting" and tree_cost is not None:
             cost[name], detail[name] = tree_cost(prof)
         else:
@@ -521,8 +565,9 @@ def choose_dtype(profiles: dict[str, Profile], kind: str, gamma: int | str = 4,
             gammas = range(1, min(gamma_max, prof.n_max - 1) + 1) if gamma == "auto" else [int(gamma)]
             best = min(gammas, key=lambda g: prof.time_per_token(g, alpha, c))
             cost[name] = prof.time_per_token(best, alpha, c)
+            host = f", host {1e3 * prof.host_s(best):.2f} ms a step" if prof.host is not None else ""
             detail[name] = (f"{1e3 * cost[name]:.1f} ms/token at γ={best} (β({best + 1})={prof.beta(best + 1):.2f}, "
-                            f"c={c:.3f}, α prior {alpha:.2f})")
+                            f"c={c:.3f}{host}, α prior {alpha:.2f})")
         prefill = base.prefill_s(prompt_tokens) if prompt_tokens is not None else None
         if prefill is not None:
             cost[name] += prefill / new_tokens

@@ -22,6 +22,7 @@ from ..metrics.calibrate import measure
 from ..metrics.profile import DEFAULT_NS, Profile, ProfileKey, cpu_info
 from .bench_summary import pooled_profile
 from .bench_types import BenchPrompt
+from .host_cost import with_host
 from .loaded import Models
 from .variants import BenchConfig, Variant
 
@@ -112,8 +113,10 @@ def measure_profiles(models: Models, dtypes: Sequence[str], context: list[int], 
         key = ProfileKey.here(model_device(target.model), config.target, config.draft if draft else None, dtype,
                               context_tokens=len(context), repeats=config.cost_repeats, contexts=(),
                               prefill_sizes=(prompt,), batch=config.batch_size)
-        profiles[dtype] = measure(target.model, draft.model if draft else None, context, key,
-                                  ns=profile_sizes(n_max), repeats=config.cost_repeats, warmup=1)
+        profile = measure(target.model, draft.model if draft else None, context, key, ns=profile_sizes(n_max),
+                          repeats=config.cost_repeats, warmup=1)
+        # the host's work per step beside the forwards (batch 1: the loops that split a step run one row)
+        profiles[dtype] = with_host(profile, target.model, context) if config.batch_size == 1 else profile
     return profiles
 
 

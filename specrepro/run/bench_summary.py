@@ -15,6 +15,7 @@ time counted once, ``run_wall``) and ``latency_per_token_s`` each row's latency 
 from __future__ import annotations
 
 import csv
+import dataclasses
 import math
 import os
 import statistics
@@ -27,8 +28,8 @@ from ..metrics.profile import Latency, Profile
 
 SUMMARY_COLUMNS = ("method", "base_method", "dtype", "gamma", "batch_size", "n", "new_tokens", "wall_time_s",
                    "tokens_per_s", "latency_per_token_s", "speedup", "speedup_median", "alpha", "tokens_per_call",
-                   "mean_proposed", "c", "beta", "predicted_speedup", "step_target_ms", "step_draft_ms", "step_host_ms",
-                   "draft_over_target",
+                   "mean_proposed", "c", "beta", "predicted_speedup", "predicted_with_host", "step_target_ms",
+                   "step_draft_ms", "step_host_ms", "draft_over_target",
                    "efficiency", "identical_to_ar", "identical_to_counterpart", "lossless", "perplexity", "rouge_l",
                    "joules_per_token", "error")
 SPEEDUP_CAPTION = (f"speedup: {stats.POOLED_RATIO} over the baseline (Σ tokens / Σ seconds on the same prompts); "
@@ -78,35 +79,43 @@ def predicted_speedup(alpha: float | None, gamma: int, c: float, beta: float) ->
 
 
 def predicted_from_steps(alpha: float | None, proposed: list[int], plain_steps: int, c: float,
-                         profile: Profile, baseline_decode_s: float) -> float | None:
+                         profile: Profile, baseline_decode_s: float, host: bool = False) -> float | None:
     """Predicted speedup over a baseline decoding at ``baseline_decode_s`` per token, from the real steps:
-    Σ τ(α, g_s) tokens for Σ (g_s·c·L_fp(1) + L_fp(g_s+1)) seconds (module docstring)."""
+    Σ τ(α, g_s) tokens for Σ (g_s·c·L_fp(1) + L_fp(g_s+1)) seconds (module docstring); with ``host``, each step
+    also costs the host's work the profile measured (``Profile.host_s``), and so should the baseline's."""
     if not proposed and not plain_steps:
         return None
     if proposed and alpha is None:
         return None
     tokens = plain_steps + sum(tau(alpha, g) for g in proposed)
     seconds = plain_steps * profile.decode_s + sum(step_seconds(g, c, profile.l_fp) for g in proposed)
+    if host:
+        seconds += plain_steps * profile.host_s(0) + len(proposed) * profile.host_s(1)
     return tokens * baseline_decode_s / seconds
 
 
-def predicted_for_trees(records: list[dict], profile: Profile, baseline_decode_s: float) -> float | None:
+def predicted_for_trees(records: list[dict], profile: Profile, baseline_decode_s: float,
+                        host: bool = False) -> float | None:
     """Token trees (Medusa, PPD): α along a chain does not describe a tree, so the prediction takes the measured
     tokens per target call τ and charges every step the measured L_fp of its real input (the root, its n nodes
     and any prompt nodes, ``input_lengths``; a plain step L_fp(1)): speedup = tokens · L_fp,baseline(1) /
     Σ_steps L_fp(input_s). Efficiency then measures what the loop spends outside the target's forward (heads,
-    tree bookkeeping, sampling)."""
+    tree bookkeeping, sampling), unless ``host`` charges each step the host's work the profile measured
+    (``Profile.host_s``: a plain step's for a one-token input, a speculative step's otherwise)."""
     tokens = sum(r["new_tokens"] for r in records)
     if all("input_lengths" in r for r in records):
         lengths = [n for r in records for n in r["input_lengths"]]
         if not tokens or max(lengths, default=1) > profile.n_max:
             return None
-        return tokens * baseline_decode_s / sum(profile.l_fp(n) for n in lengths)
+        return tokens * baseline_decode_s / sum(profile.l_fp(n) + (profile.host_s(1 if n > 1 else 0) if host else 0.0)
+                                                for n in lengths)
     sizes = [n for r in records for n in r.get("tree_sizes", [])]  # (records written before input_lengths)
     plain = sum(r["target_calls"] - len(r.get("tree_sizes", [])) for r in records)
     if not tokens or any(n + 1 > profile.n_max for n in sizes):
         return None
     seconds = plain * profile.decode_s + sum(profile.l_fp(n + 1) for n in sizes)
+    if host:
+        seconds += plain * profile.host_s(0) + len(sizes) * profile.host_s(1)
     return tokens * baseline_decode_s / seconds
 
 
@@ -121,9 +130,13 @@ def pooled_profile(profiles: list[Profile]) -> Profile:
     forward = tuple((n, pool([dict(p.forward)[n] for p in profiles])) for n in ns)
     drafts = [p.draft_decode for p in profiles if p.draft_decode is not None]
     first = profiles[0]
+    hosts = [p.host for p in profiles if p.host is not None]
+    host = None if not hosts else dataclasses.replace(
+        hosts[0], ar_step_s=statistics.median(h.ar_step_s for h in hosts),
+        spec_step_s=statistics.median(h.spec_step_s for h in hosts))
     return Profile(key=first.key, context_tokens=first.context_tokens, repeats=sum(p.repeats for p in profiles),
                    forward=forward, draft_decode=pool(drafts) if drafts else None,
-                   machine={"pooled_sessions": len(profiles), **first.machine})
+                   machine={"pooled_sessions": len(profiles), **first.machine}, host=host)
 
 
 def _identical(records: list[dict], by_key: dict, other: str | None) -> float | None:
@@ -170,18 +183,8 @@ def summarize(records: list[dict], variants: list, greedy: bool, profiles: dict[
         c = None if kind is Cost.PLAIN else ((profile.c if profile else None) if kind.draft_cost else 0.0)
         proposed = [g for r in rs for g in r.get("proposed_lengths", [])]
         gamma_nominal = v.gamma if v.gamma != "auto" else (round(statistics.mean(proposed)) if proposed else None)
-        predicted = None
-        if profile is not None and baseline is not None and profiles.get(by_label[baseline].dtype):
-            base_decode = profiles[by_label[baseline].dtype].decode_s
-            if spec.loop is Loop.MJGD:
-                predicted = None  # a beam search of the target: no chain or tree model of its cost here
-            elif kind is Cost.PLAIN:
-                predicted = base_decode / profile.decode_s  # no drafting: only the dtype differs
-            elif tree:
-                predicted = predicted_for_trees(rs, profile, base_decode)
-            elif ours and c is not None:
-                plain = sum(r["target_calls"] - len(r["proposed_lengths"]) for r in rs)
-                predicted = predicted_from_steps(alpha, proposed, plain, c, profile, base_decode)
+        base_profile = profiles.get(by_label[baseline].dtype) if baseline is not None else None
+        predicted, with_host = predictions(v, rs, tree, alpha, proposed, c, profile, base_profile)
         rows.append({
             "method": v.label, "base_method": spec.name, "dtype": v.dtype, "gamma": v.gamma,
             "batch_size": max((r.get("batch_size", 1) for r in rs), default=1), "n": len(rs),
@@ -193,7 +196,7 @@ def summarize(records: list[dict], variants: list, greedy: bool, profiles: dict[
                               else None),
             "c": c, "beta": (profile.beta(gamma_nominal + 1) if profile and kind is not Cost.PLAIN and gamma_nominal
                              and not tree and gamma_nominal + 1 <= profile.n_max else None),
-            "predicted_speedup": predicted, **step_split(rs), "efficiency": None,
+            "predicted_speedup": predicted, "predicted_with_host": with_host, **step_split(rs), "efficiency": None,
             "identical_to_ar": (_identical(rs, by_key, reference_label(v, variants, "ar"))
                                 if greedy and spec.name != "ar" else None),
             "identical_to_counterpart": (_identical(rs, by_key, reference_label(v, variants, spec.counterpart))
@@ -212,6 +215,28 @@ def summarize(records: list[dict], variants: list, greedy: bool, profiles: dict[
             if row["predicted_speedup"]:
                 row["efficiency"] = row["speedup"] / row["predicted_speedup"]
     return rows
+
+
+def predictions(variant, records: list[dict], tree: bool, alpha: float | None, proposed: list[int],
+                c: float | None, profile: Profile | None, base: Profile | None) -> tuple[float | None, float | None]:
+    """A variant's predicted speedup over the baseline (profile ``base``) from its forwards alone, and with the host's
+    work per step where both profiles measured it (``Profile.host``; else None): chains by their steps, trees by
+    their inputs, plain decoding by its dtype's step; none for MJGD (a beam search: no chain or tree model)."""
+    spec = variant.method
+    if profile is None or base is None or spec.loop is Loop.MJGD:
+        return None, None
+    hosts = profile.host is not None and base.host is not None
+    base_s, base_host_s = base.decode_s, base.decode_s + base.host_s(0)
+    if spec.cost is Cost.PLAIN:  # no drafting: only the dtype differs
+        return base_s / profile.decode_s, (base_host_s / (profile.decode_s + profile.host_s(0)) if hosts else None)
+    if tree:
+        return (predicted_for_trees(records, profile, base_s),
+                predicted_for_trees(records, profile, base_host_s, host=True) if hosts else None)
+    if spec.loop.baseline or c is None:
+        return None, None
+    plain = sum(r["target_calls"] - len(r["proposed_lengths"]) for r in records)
+    return (predicted_from_steps(alpha, proposed, plain, c, profile, base_s),
+            predicted_from_steps(alpha, proposed, plain, c, profile, base_host_s, host=True) if hosts else None)
 
 
 def lossless(method: Method, records: list[dict]) -> bool | None:
@@ -293,7 +318,8 @@ def format_summary(rows: list[dict]) -> str:
             return "-"
         return f"{v:.3f}" if isinstance(v, float) and not math.isnan(v) else str(v)
     cols = ("method", "dtype", "n", "tokens_per_s", "speedup", "speedup_median", "alpha", "tokens_per_call",
-            "mean_proposed", "c", "beta", "predicted_speedup", "efficiency", "step_target_ms", "step_draft_ms",
+            "mean_proposed", "c", "beta", "predicted_speedup", "predicted_with_host", "efficiency", "step_target_ms",
+            "step_draft_ms",
             "step_host_ms", "draft_over_target", "identical_to_ar", "identical_to_counterpart", "lossless",
             "perplexity", "rouge_l", "joules_per_token")
     cells = [[fmt(r.get(c)) for c in cols] for r in rows]

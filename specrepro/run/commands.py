@@ -113,6 +113,7 @@ def plan_generate(spec: Method, args: argparse.Namespace, config: DecodeConfig, 
     from ..metrics.calibrate import get_profile
     from ..metrics.profile import candidate_dtypes, cpu_info
     from ..engine.models import default_device, draft_alpha_prior
+    from .host_cost import measure_host
     from .plan import RunRequest, lazy_profiles, plan_run
 
     if args.threads is not None:
@@ -120,7 +121,8 @@ def plan_generate(spec: Method, args: argparse.Namespace, config: DecodeConfig, 
     device = torch.device(args.device) if args.device else default_device()
     draft = args.draft if spec.cost.draft_cost else None
     profiles = lazy_profiles(lambda dtype: get_profile(args.target, draft, dtype, device=device,
-                                                       threads=args.threads, compiled=args.compile))
+                                                       threads=args.threads, compiled=args.compile,
+                                                       host=measure_host))
     request = RunRequest(dtype=args.dtype, gamma=config.gamma, tree_size=args.tree_size, target=args.target,
                          alpha_prior=draft_alpha_prior(draft, config.sampling.temperature) if draft else None,
                          tree_weights=args.draft if spec.token_tree else None, candidates=candidate_dtypes(device),
@@ -182,11 +184,13 @@ def auto_method(args: argparse.Namespace) -> tuple[Method, str]:
     from ..engine.models import default_device, draft_alpha_prior
     from ..metrics.calibrate import get_profile
     from ..metrics.profile import candidate_dtypes
+    from .host_cost import measure_host
     from .plan import RunRequest, choose_method, lazy_profiles
 
     device = torch.device(args.device) if args.device else default_device()
     profiles = lazy_profiles(lambda dtype: get_profile(args.target, args.draft, dtype, device=device,
-                                                       threads=args.threads, compiled=args.compile))
+                                                       threads=args.threads, compiled=args.compile,
+                                                       host=measure_host))
     temperature = sampling_from(args).temperature
     request = RunRequest(gamma="auto", target=args.target, candidates=candidate_dtypes(device),
                          alpha_prior=draft_alpha_prior(args.draft, temperature) if args.draft else None)
@@ -378,6 +382,7 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
 
     from ..metrics.calibrate import get_profile
     from ..metrics.profile import DEFAULT_ALPHA_PRIOR, candidate_dtypes, choose_dtype, dtype_name
+    from .host_cost import measure_host
     from ..engine.models import check_model_name, default_device, draft_alpha_prior
 
     device = torch.device(args.device) if args.device else default_device()
@@ -399,7 +404,8 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
             out = Path(args.out) if Path(args.out).suffix == ".json" else Path(args.out) / f"profile-{dtype}.json"
         profiles[dtype] = get_profile(args.target, args.draft, dtype, device=device, threads=args.threads,
                                       recalibrate=args.recalibrate, context_tokens=args.context_tokens,
-                                      repeats=args.repeats, out=out, compiled=args.compile, peer=peer)
+                                      repeats=args.repeats, out=out, compiled=args.compile, peer=peer,
+                                      host=measure_host)
         args.kept.append(dtype)
     for dtype, p in profiles.items():
         print_profile(dtype, p)
@@ -446,6 +452,11 @@ def print_profile(dtype: str, p) -> None:
                            f"after {c}" for c, _ in p.contexts if p.n_max >= 5)
         prefill = ", ".join(f"{n} tokens {1e3 * lat.median_s:.0f} ms" for n, lat in p.prefill)
         print(f"{dtype}: longer contexts: {longer or '-'}; prefill: {prefill or '-'}")
+    if p.host is not None:
+        h = p.host
+        print(f"{dtype}: host's work per step outside the forwards: plain {1e3 * h.ar_step_s:.2f} ms "
+              f"({h.ar_step_s / p.decode_s:.2f} L_fp(1)), {h.method} γ={h.gamma} {1e3 * h.spec_step_s:.2f} ms "
+              f"({h.spec_step_s / p.decode_s:.2f} L_fp(1)); predictions add it to every step")
     m = p.machine
     if p.floor_s is not None:
         print(f"{dtype}: bandwidth floor {1e3 * p.floor_s:.1f} ms per decode step ({m['weight_bytes'] / 1e6:.0f} MB "

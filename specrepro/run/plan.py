@@ -83,8 +83,10 @@ def tree_cost(method: Method, weights, target: str, gamma: int | str) -> Callabl
 
     def cost(profile: Profile) -> tuple[float, str]:
         size = method.tree.choose(config, profile, gamma)
-        return size.latency_s / size.tau, (f"{1e3 * size.latency_s / size.tau:.1f} ms/token with a {size.size}-node "
-                                           f"tree (τ {size.tau:.2f}, L_fp {1e3 * size.latency_s:.1f} ms)")
+        step_s = size.latency_s + profile.host_s(1)  # the tree's forward and the host's work of a speculative step
+        host = f", host {1e3 * profile.host_s(1):.2f} ms" if profile.host is not None else ""
+        return step_s / size.tau, (f"{1e3 * step_s / size.tau:.1f} ms/token with a {size.size}-node tree "
+                                   f"(τ {size.tau:.2f}, L_fp {1e3 * size.latency_s:.1f} ms{host})")
     return cost
 
 
@@ -112,9 +114,10 @@ def choose_method(methods: list[Method], profiles: Mapping[str, Profile], reques
     """``--method auto``: of ``methods`` (plain decoding among them), the one with the lowest expected seconds per
     token on the device profiles, each at its best dtype and its best γ (or hardware-aware tree size), weighed with
     its α prior at the run's context (``choose_dtype``). A candidate that cannot be costed here (a draft model with
-    no timing, a tree method with no weights for the target) is left out, saying why. The profiles hold the
-    forwards' costs, not the host's work around them, so a chosen drafter that stops paying mid-run goes on as
-    plain decoding (γ auto asks for γ = 0: ``decode.adaptive``)."""
+    no timing, a tree method with no weights for the target) is left out, saying why. Each step's cost holds the
+    forwards and, where the profile measured it (``Profile.host``), the host's work of a plain or a speculative
+    step; a chosen drafter that stops paying mid-run goes on as plain decoding (γ auto asks for γ = 0:
+    ``decode.adaptive``)."""
     if not any(m.cost is Cost.PLAIN for m in methods):
         raise ValueError("method auto needs plain decoding among its candidates: it must never be slower than AR")
     costs, detail, left_out = {}, {}, {}
