@@ -28,7 +28,8 @@ from ..drafters.prompt_lookup import PromptLookupDrafter
 from ..metrics.profile import HostCost, Profile
 
 GAMMA = 4  # the speculative run's γ
-PROMPT = 96  # tokens of the context repeated to make the prompt
+PROMPT = 48  # tokens of the context repeated to make the prompt
+WARMUP = 4  # tokens of the warm-up runs
 
 
 def steady_host_s(rec: GenerationRecord) -> float:
@@ -54,12 +55,13 @@ def measure_host(target: torch.nn.Module, context: list[int], steps: int = 32, r
     ar = DecodeConfig(method="ar", max_new_tokens=steps + 1, sampling=greedy)
     spec = DecodeConfig(method="prompt-lookup", max_new_tokens=steps + 1, gamma=GAMMA, sampling=greedy)
 
-    def runs() -> tuple[GenerationRecord, GenerationRecord]:
-        return (autoregressive_generate(target, prompt, ar),
-                speculative_generate(target, PromptLookupDrafter(), prompt, spec, method="prompt-lookup"))
+    def runs(tokens: int) -> tuple[GenerationRecord, GenerationRecord]:
+        return (autoregressive_generate(target, prompt, dataclasses.replace(ar, max_new_tokens=tokens)),
+                speculative_generate(target, PromptLookupDrafter(), prompt,
+                                     dataclasses.replace(spec, max_new_tokens=tokens), method="prompt-lookup"))
 
-    runs()  # warm-up
-    timed = [runs() for _ in range(repeats)]
+    runs(WARMUP)
+    timed = [runs(steps + 1) for _ in range(repeats)]
     return HostCost(ar_step_s=statistics.median(steady_host_s(a) for a, _ in timed),
                     spec_step_s=statistics.median(steady_host_s(s) for _, s in timed),
                     method="prompt-lookup", gamma=GAMMA, steps=steps)
