@@ -178,7 +178,7 @@ def artifact_numbers(path: Path) -> tuple[tuple[Decimal, int], ...]:
 
 def matches(n: Num, t: Decimal, t_decimals: int) -> bool:
     """n is t rounded to n's decimals (either way on a tie), and t carries at least n's decimals."""
-    if t_decimals < n.decimals:
+    if t_decimals < n.decimals or abs(t.adjusted()) > 100:  # (a commit id such as 79e1894993 reads as 79 × 10^1894993)
         return False
     value, t = (n.value, t) if n.signed else (abs(n.value), abs(t))
     return abs(t - value) <= Decimal(5).scaleb(-n.decimals - 1)
