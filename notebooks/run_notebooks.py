@@ -254,23 +254,25 @@ def expected_seconds(profile: str, names: list[str], figures: Path) -> dict[str,
     return expected
 
 
-def record_timings(figures: Path, done: dict[str, dict], setup: dict) -> None:
-    """Merge this run's wall times into ``figures/timings.json`` (INDEX.md shows them) and into the cache; the
-    call itself is appended to the list of recent calls, so a resumed run does not hide what a full one cost."""
+def record_timings(figures: Path, done: dict[str, dict], setup: dict, call: bool = True) -> None:
+    """Merge this run's wall times into ``figures/timings.json`` (INDEX.md shows them) and into the cache; with
+    ``call``, the call itself is appended to the list of recent calls, so a resumed run does not hide what a full one
+    cost. The loop records each run as it finishes (``call=False``), so a stopped call keeps the times of the runs
+    it made; ``finish`` then adds the call."""
     for path in (figures / "timings.json", timings_cache()):
         try:
             old = json.loads(path.read_text())
         except (OSError, ValueError):
             old = {}
         runs = {**old.get("runs", {}), **done}
-        call = {"started_utc": setup["started_utc"], "profile": setup["profile"], "jobs": setup["jobs"],
-                "wall_s": setup.get("wall_s"), "cpu": setup["machine"]["cpu"],
-                "runs": {name: run["wall_s"] for name, run in done.items()}}
-        calls = (old.get("calls", []) + [call])[-KEEP_CALLS:]
+        entry = {"started_utc": setup["started_utc"], "profile": setup["profile"], "jobs": setup["jobs"],
+                 "wall_s": setup.get("wall_s"), "cpu": setup["machine"]["cpu"],
+                 "runs": {name: run["wall_s"] for name, run in done.items()}}
+        calls = (old.get("calls", []) + [entry])[-KEEP_CALLS:] if call else old.get("calls", [])
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = path.with_suffix(".tmp")
-        tmp.write_text(json.dumps({"last_run": setup, "runs": dict(sorted(runs.items())), "calls": calls},
-                                  indent=1) + "\n")
+        tmp.write_text(json.dumps({"last_run": setup if call else old.get("last_run", setup),
+                                   "runs": dict(sorted(runs.items())), "calls": calls}, indent=1) + "\n")
         os.replace(tmp, path)
 
 
@@ -442,6 +444,7 @@ def main(argv: list[str] | None = None) -> int:
                                   "threads": threads_of(notebook), "alone": alone(notebook, args.profile),
                                   "jobs": jobs_n, "cpu": setup["machine"]["cpu"], "gpu": setup["machine"]["gpu"],
                                   "finished_utc": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")}
+                    record_timings(figures, {name: done[name]}, setup, call=False)  # kept if the call is stopped
                     print(f"    ok {name} in {clock(elapsed)} -> {(executed / f'{name}.ipynb')}", flush=True)
     total = time.perf_counter() - start_all
     setup["wall_s"] = round(total, 1)

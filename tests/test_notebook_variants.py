@@ -45,3 +45,20 @@ def test_papermill_reads_every_parameter_of_every_notebook():
             continue
         read = {p.name for p in PythonTranslator.inspect(cells[0])}
         assert read == declared_parameters(notebook), (notebook.name, declared_parameters(notebook) - read)
+
+
+def test_each_finished_run_is_recorded_before_the_call_ends(tmp_path, monkeypatch):
+    """A run's time is kept as it finishes (``call=False``: no call entry, the last call's setup kept), so a stopped
+    call loses none; ``finish`` then adds the call once."""
+    monkeypatch.setattr(run_notebooks, "timings_cache", lambda: tmp_path / "cache" / "notebook_timings.json")
+    setup = {"started_utc": "t0", "profile": "quick", "jobs": 2, "machine": {"cpu": "x", "gpu": None}}
+    run = {"wall_s": 60.0, "profile": "quick"}
+    run_notebooks.record_timings(tmp_path, {"a": run}, setup, call=False)
+    kept = json.loads((tmp_path / "timings.json").read_text())
+    assert kept["runs"] == {"a": run} and kept["calls"] == []
+    run_notebooks.record_timings(tmp_path, {"b": {**run, "wall_s": 30.0}}, setup, call=False)
+    run_notebooks.record_timings(tmp_path, {"a": run, "b": {**run, "wall_s": 30.0}}, {**setup, "wall_s": 95.0})
+    for path in (tmp_path / "timings.json", tmp_path / "cache" / "notebook_timings.json"):
+        final = json.loads(path.read_text())
+        assert set(final["runs"]) == {"a", "b"} and len(final["calls"]) == 1
+        assert final["calls"][0]["runs"] == {"a": 60.0, "b": 30.0} and final["last_run"]["wall_s"] == 95.0
