@@ -196,7 +196,8 @@ def test_dtype_auto_weighs_a_tree_method_by_its_tree_forward(tmp_path, monkeypat
                                 PPDConfig(hidden_size=H, rank_probs=RANKS), tmp_path / "p")
 
     def profile(dtype, l_fp):
-        return type("P", (), {"n_max": 24, "l_fp": staticmethod(l_fp), "key": type("K", (), {"dtype": dtype})()})()
+        return type("P", (), {"n_max": 24, "l_fp": staticmethod(l_fp), "key": type("K", (), {"dtype": dtype})(),
+                              "host": None, "host_s": staticmethod(lambda gamma: 0.0)})()
     flat, steep = profile("bf16", lambda n: 1.0), profile("fp32", lambda n: 0.8 + 0.2 * (n - 1))
     cost = tree_cost(REGISTRY["ppd"], folder, "tiny", gamma=3)
     for prof in (flat, steep):
