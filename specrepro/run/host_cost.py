@@ -21,7 +21,6 @@ import statistics
 import torch
 
 from ..core.config import DecodeConfig, SamplingConfig
-from ..core.decoding import model_device
 from ..core.record import GenerationRecord
 from ..decode.autoregressive import autoregressive_generate
 from ..decode.speculative import speculative_generate
@@ -53,12 +52,13 @@ def measure_host(target: torch.nn.Module, context: list[int], steps: int = 32, r
         raise ValueError("the calibration context is empty")
     prompt = list(context[-PROMPT:]) * 2
     greedy = SamplingConfig(temperature=0.0)
+    ar = DecodeConfig(method="ar", max_new_tokens=steps + 1, sampling=greedy)
+    spec = DecodeConfig(method="prompt-lookup", max_new_tokens=steps + 1, gamma=GAMMA, sampling=greedy)
 
     def runs(tokens: int) -> tuple[GenerationRecord, GenerationRecord]:
-        ar = DecodeConfig(method="ar", max_new_tokens=tokens, sampling=greedy)
-        spec = DecodeConfig(method="prompt-lookup", max_new_tokens=tokens, gamma=GAMMA, sampling=greedy)
-        return (autoregressive_generate(target, prompt, ar),
-                speculative_generate(target, PromptLookupDrafter(), prompt, spec, method="prompt-lookup"))
+        return (autoregressive_generate(target, prompt, dataclasses.replace(ar, max_new_tokens=tokens)),
+                speculative_generate(target, PromptLookupDrafter(), prompt,
+                                     dataclasses.replace(spec, max_new_tokens=tokens), method="prompt-lookup"))
 
     runs(WARMUP)
     timed = [runs(steps + 1) for _ in range(repeats)]
@@ -70,6 +70,6 @@ def measure_host(target: torch.nn.Module, context: list[int], steps: int = 32, r
 def with_host(profile: Profile, target: torch.nn.Module, context: list[int], repeats: int = 2) -> Profile:
     """``profile`` with the host's work measured on ``target`` after ``context`` (on CUDA, where the loops cannot
     split a step, the profile as it is)."""
-    if model_device(target).type == "cuda":
+    if next(target.parameters()).device.type == "cuda":
         return profile
     return dataclasses.replace(profile, host=measure_host(target, context, repeats=repeats))
