@@ -77,7 +77,10 @@ MEDUSA_FIG8A_TAU = MachineSpecific(EXACT_DTYPE, first_row("tau_sparse", "τ of t
         Artifact(PPD_MEDUSA_FIG8A, MEDUSA_FIG8A_TAU)),
        "", Quote(SEED, "V-7B Vanilla 39.2 1.00 0.026 5.99 NA NA 1"),
        "PPD's accept length τ above Medusa's at every tree size both were measured at (Fig. 8(a) runs), and PPD's "
-       "throughput above Medusa's and plain decoding's in Table 1's rows (quality: not measured, no MT-Bench judge)",
+       "throughput above Medusa's and plain decoding's: not reproduced when the 95% paired bootstrap interval of PPD's "
+       f"tokens/s over either lies below 1 on at least {MIN_PROMPTS} prompts (Fig. 1's and Fig. 4's columns); the τ "
+       "part, on the τ grid's few prompts without an interval, cannot make it reproduced (quality: not measured, no "
+       "MT-Bench judge)",
        measured=True)
 def ppd_table1(t: Tables) -> Outcome:
     rows = t.rows(PPD_T1)
@@ -106,6 +109,23 @@ def ppd_table1(t: Tables) -> Outcome:
              f"{num(other, 'throughput_tok_s'):.2f} tokens/s)")
     longer = all(ppd_tau[n] > medusa_tau[n] for n in common)
     faster = speeds["PPD"] > max(speeds["Medusa"], speeds["vanilla"])
+    paper = (f"Vicuna-7B: τ PPD {num(paper_ppd, 'tau'):g} vs Medusa {num(paper_medusa, 'tau'):g}, "
+             f"{num(paper_ppd, 'throughput_tok_s'):g} vs {num(paper_medusa, 'throughput_tok_s'):g} tokens/s "
+             f"(paper rows of ppd_table1.csv)")
+    cost, fig4 = pick(t.rows(PPD_COST), method="PPD"), pick(t.rows(PPD_FIG4), method="ppd")
+    if "low95" in fig4 and num(cost, "over_medusa_low95") is not None:  # the throughputs' paired intervals
+        over = {"Medusa": [num(cost, c) for c in ("over_medusa", "over_medusa_low95", "over_medusa_high95")],
+                "vanilla": [num(fig4, c) for c in ("speedup", "low95", "high95")]}
+        said += "; PPD over " + ", ".join(f"{k} {v[0]:.2f}x [{v[1]:.2f}, {v[2]:.2f}]" for k, v in over.items()) + (
+            f" ({num(fig4, 'prompts'):.0f} prompts)")
+        slower = [k for k, v in over.items() if v[2] < 1]
+        if num(fig4, "prompts") < MIN_PROMPTS:
+            return Outcome(said, UNDECIDED, f"fewer than {MIN_PROMPTS} prompts", paper)
+        if slower:
+            return judged_by_interval(False, True, said, "", f"PPD's throughput is below {' and '.join(slower)}'s, "
+                                      "the whole interval below 1", "", paper)
+        return Outcome(said, UNDECIDED, "the throughputs' intervals do not show PPD slower; its accept length is "
+                       "compared on the τ grid's few prompts without an interval, which decides nothing", paper)
     return judged(longer and faster, said,
                   f"PPD accepts more per step than Medusa at every common tree size and runs fastest (τ "
                   f"{num(ppd, 'tau'):.2f} vs the paper's {num(paper_ppd, 'tau'):g}, on a 135M model)",
@@ -127,18 +147,34 @@ PPD_FIG4 = f"{PPD_DIR}/ppd_fig4_speedup_vs_methods.csv"
            "PPD speedup", num(pick(rows, method="ppd"), "speedup")))),),
        "PPD up to 13.8% over Medusa, 2–3x the other parallel decoders",
        Quote(SEED, "PPD achieves speedups up to 13.8% higher than Medusa"),
-       "PPD the fastest of the methods compared",
+       "PPD the fastest of the methods compared: PPD's tokens/s over each other method's, its 95% paired bootstrap "
+       f"interval over at least {MIN_PROMPTS} prompts above 1 for every method (below 1 for one: not reproduced; "
+       "else undecided)",
        pictures=(f"{PPD_DIR}/ppd_fig4_fig5_speedup_and_throughput.png",), measured=True)
 def ppd_fig4(t: Tables) -> Outcome:
     rows = t.rows(PPD_FIG4)
     ppd = pick(rows, method="ppd")
-    fastest = max(rows, key=lambda r: num(r, "speedup"))
+    others = [r for r in rows if r is not ppd]
     medusa = pick(rows, method="medusa")
-    said = ", ".join(f"{r['method']} {num(r, 'speedup'):.2f}x" for r in rows)
     gain = num(ppd, "speedup") / num(medusa, "speedup") - 1
-    return judged(fastest is ppd, said, f"PPD is the fastest ({gain:+.0%} over Medusa)",
-                  f"{fastest['method']} runs {num(fastest, 'speedup'):.2f}x, PPD {num(ppd, 'speedup'):.2f}x on this "
-                  f"CPU (PPD {gain:+.0%} over Medusa)")
+    if "ppd_over_low95" not in ppd:  # (a run written before the intervals: its point estimates alone)
+        fastest = max(rows, key=lambda r: num(r, "speedup"))
+        said = ", ".join(f"{r['method']} {num(r, 'speedup'):.2f}x" for r in rows)
+        return judged(fastest is ppd, said, f"PPD is the fastest ({gain:+.0%} over Medusa)",
+                      f"{fastest['method']} runs {num(fastest, 'speedup'):.2f}x, PPD {num(ppd, 'speedup'):.2f}x on "
+                      f"this CPU (PPD {gain:+.0%} over Medusa)")
+    said = ", ".join(f"{r['method']} {num(r, 'speedup'):.2f}x [{num(r, 'low95'):.2f}, {num(r, 'high95'):.2f}]"
+                     for r in rows) + "; PPD over " + ", ".join(
+        f"{r['method']} {num(r, 'ppd_over'):.2f}x [{num(r, 'ppd_over_low95'):.2f}, {num(r, 'ppd_over_high95'):.2f}]"
+        for r in others) + f" ({num(ppd, 'prompts'):.0f} prompts)"
+    if num(ppd, "prompts") < MIN_PROMPTS:
+        return Outcome(said, UNDECIDED, f"fewer than {MIN_PROMPTS} prompts: undecided whatever the interval")
+    slower = [r["method"] for r in others if num(r, "ppd_over_high95") < 1]
+    return judged_by_interval(all(num(r, "ppd_over_low95") > 1 for r in others), bool(slower), said,
+                              f"PPD is faster than every other method ({gain:+.0%} over Medusa)",
+                              f"PPD is slower than {', '.join(slower)}, the whole interval below 1 (PPD {gain:+.0%} "
+                              f"over Medusa on this CPU)", "PPD against the fastest other method: an interval "
+                              "straddles 1")
 
 
 PPD_FIG5 = f"{PPD_DIR}/ppd_fig5_throughput_by_task.csv"
@@ -148,14 +184,32 @@ PPD_FIG5 = f"{PPD_DIR}/ppd_fig5_throughput_by_task.csv"
        (Artifact(PPD_FIG5, MachineSpecific("speed", largest("ppd_speedup", "suite"))),),
        "2.12x to 2.49x across tasks",
        Quote(SEED, "achieves consistent walltime speedup ratios from 2.12"),
-       "PPD's speedup above 1x on every task",
+       "PPD's speedup above 1x on every task: each task's 95% paired bootstrap interval over at least "
+       f"{MIN_PROMPTS} of its prompts above 1 (one task's below 1: not reproduced; else undecided)",
        pictures=(f"{PPD_DIR}/ppd_fig4_fig5_speedup_and_throughput.png",), measured=True)
 def ppd_fig5(t: Tables) -> Outcome:
     rows = t.rows(PPD_FIG5)
-    slow = [f"{r['suite']} {num(r, 'ppd_speedup'):.2f}x" for r in rows if num(r, "ppd_speedup") <= 1]
+    tasks = [r for r in rows if r["suite"] != "all"]
     said = ", ".join(f"{r['suite']} {num(r, 'ppd_speedup'):.2f}x" for r in rows)
-    return judged(not slow, said, "PPD is faster than plain decoding on every task",
-                  f"PPD is slower than plain decoding on this CPU: {', '.join(slow)}")
+    if "low95" not in rows[0]:  # (a run written before the intervals: its point estimates alone)
+        slow = [f"{r['suite']} {num(r, 'ppd_speedup'):.2f}x" for r in tasks if num(r, "ppd_speedup") <= 1]
+        return judged(not slow, said, "PPD is faster than plain decoding on every task",
+                      f"PPD is slower than plain decoding on this CPU: {', '.join(slow)}")
+    bounds = lambda r: "[—]" if r["low95"] in ("", "None") else f"[{num(r, 'low95'):.2f}, {num(r, 'high95'):.2f}]"
+    said = ", ".join(f"{r['suite']} {num(r, 'ppd_speedup'):.2f}x {bounds(r)} ({num(r, 'prompts'):.0f} prompts)"
+                     for r in rows)
+    enough = [r for r in tasks if num(r, "prompts") >= MIN_PROMPTS and r["low95"] not in ("", "None")]
+    slow = [r["suite"] for r in enough if num(r, "high95") < 1]
+    if slow:
+        return judged_by_interval(False, True, said, "", f"PPD is slower than plain decoding on {', '.join(slow)}, "
+                                  "the whole interval below 1", "")
+    if len(enough) < len(tasks):
+        return Outcome(said, UNDECIDED, f"{len(tasks) - len(enough)} of {len(tasks)} tasks have fewer than "
+                       f"{MIN_PROMPTS} prompts: undecided whatever their intervals (the pooled row says how PPD does "
+                       "over every task together)")
+    return judged_by_interval(all(num(r, "low95") > 1 for r in tasks), False, said,
+                              "PPD is faster than plain decoding on every task", "",
+                              "some task's interval straddles 1")
 
 
 PPD_FIG6 = f"{PPD_DIR}/ppd_fig6_topk_accuracy.csv"
@@ -166,26 +220,35 @@ PPD_FIG6_MEDUSA = "medusa_trees/ppd_fig6_medusa_topk_accuracy.csv"
        (Artifact(PPD_FIG6, Exact(FP32_NO_INTERVAL)), Artifact(PPD_FIG6_MEDUSA, Exact(FP32_NO_INTERVAL))),
        "", Quote(SEED, "consistently outperforms Medusa in accuracy across all token positions"),
        "PPD's accuracy above Medusa's at every token distance and every k measured ('consistently outperforms "
-       "Medusa in accuracy across all token positions'), and the top-10 gap wider at the farthest distance than at "
-       "the nearest ('widens with the increased token distance')", measured=True)
+       "Medusa in accuracy across all token positions'): every PPD − Medusa gap's 95% interval over the held-out "
+       "conversations above 0 (one wholly below 0: not reproduced; else undecided); the top-10 gap's change with "
+       "distance is shown ('widens with the increased token distance'), not decided", measured=True)
 def ppd_fig6(t: Tables) -> Outcome:
     rows = t.rows(PPD_FIG6)
     top10 = sorted((r for r in rows if r["k"] == "10"), key=lambda r: num(r, "distance"))
     if len(top10) < 2:
         raise Unreadable(f"fewer than 2 distances with top-10 rows in {PPD_FIG6}")
     gaps = [num(r, "ppd_zoo") - num(r, "medusa_zoo") for r in top10]
-    behind = [f"distance {r['distance']} top-{r['k']} {num(r, 'ppd_zoo') - num(r, 'medusa_zoo'):+.3f}" for r in rows
-              if num(r, "ppd_zoo") <= num(r, "medusa_zoo")]
-    said = (f"top-10 gap PPD − Medusa by distance: {', '.join(f'{g:+.3f}' for g in gaps)}; PPD ahead at "
-            f"{len(rows) - len(behind)} of {len(rows)} (distance, k); top-1 @1 "
+    said = (f"top-10 gap PPD − Medusa by distance: {', '.join(f'{g:+.3f}' for g in gaps)}; top-1 @1 "
             f"{num(pick(rows, distance='1', k='1'), 'ppd_zoo'):.3f}")
-    widens = gaps[-1] > gaps[0]
-    return judged(not behind and widens, said, "PPD ahead of Medusa at every distance and k, the top-10 gap widening",
-                  (f"PPD is not ahead at {len(behind)} (distance, k): {'; '.join(behind[:4])}" if behind else
-                   "PPD is ahead everywhere") + ("" if widens else "; the top-10 gap does not widen with distance"),
-                  paper=f"top-10 gap 0.03 → 0.12 with distance (quoted); top-1 @1 "
-                        f"{num(pick(rows, distance='1', k='1'), 'ppd_paper_vicuna7b'):g} on Vicuna-7B "
-                        f"(column ppd_paper_vicuna7b)")
+    paper = (f"top-10 gap 0.03 → 0.12 with distance (quoted); top-1 @1 "
+             f"{num(pick(rows, distance='1', k='1'), 'ppd_paper_vicuna7b'):g} on Vicuna-7B (column ppd_paper_vicuna7b)")
+    if "gap_low95" not in rows[0]:  # (a run written before the intervals: its point estimates alone)
+        behind = [f"distance {r['distance']} top-{r['k']} {num(r, 'ppd_zoo') - num(r, 'medusa_zoo'):+.3f}"
+                  for r in rows if num(r, "ppd_zoo") <= num(r, "medusa_zoo")]
+        return judged(not behind, said, "PPD ahead of Medusa at every distance and k",
+                      f"PPD is not ahead at {len(behind)} (distance, k): {'; '.join(behind[:4])}", paper=paper)
+    behind = [f"distance {r['distance']} top-{r['k']} {num(r, 'gap'):+.3f} [{num(r, 'gap_low95'):+.3f}, "
+              f"{num(r, 'gap_high95'):+.3f}]" for r in rows if num(r, "gap_high95") < 0]
+    ahead = sum(num(r, "gap_low95") > 0 for r in rows)
+    said += (f"; PPD ahead (interval above 0) at {ahead} of {len(rows)} (distance, k), behind (below 0) at "
+             f"{len(behind)}, over {num(rows[0], 'units'):.0f} held-out conversations")
+    if num(rows[0], "units") < MIN_PROMPTS:
+        return Outcome(said, UNDECIDED, f"fewer than {MIN_PROMPTS} held-out conversations", paper)
+    return judged_by_interval(ahead == len(rows), bool(behind), said, "PPD ahead of Medusa at every distance and k",
+                              f"PPD is behind Medusa at {len(behind)} (distance, k): {'; '.join(behind[:4])}",
+                              f"PPD ahead at {ahead} of {len(rows)} (distance, k); the other gaps' intervals straddle 0",
+                              paper)
 
 
 FIG7_RATIO = 0.004e-2  # "The memory overhead of PPD is just 0.004% of Medusa's"
@@ -224,7 +287,9 @@ PPD_FIG8_BEST = "theory_ppd/ppd_fig8b_best_tree_size.csv"
        "no values (charts); dynamic trees lead, the theory's best size is the fastest",
        Quote(SEED, "indeed results in the greatest actual speedup observed"),
        "dynamic τ above static and random at every size, and, of at least 3 measured sizes on the theory's grid, the "
-       "theory's best the fastest",
+       "theory's best the fastest: not reproduced when another size's tokens/s over the theory's best has its 95% "
+       f"paired bootstrap interval above 1 on at least {MIN_PROMPTS} prompts; the τ part, without an interval, "
+       "cannot make it reproduced",
        pictures=(f"{PPD_DIR}/ppd_fig8bc_speedup_vs_tree_size.png",), measured=True)
 def ppd_fig8(t: Tables) -> Outcome:
     trees = t.rows(PPD_FIG8A)
@@ -257,9 +322,25 @@ def ppd_fig8(t: Tables) -> Outcome:
         return Outcome(said, UNDECIDED, f"{holds}; {len(theory)} measured sizes on the theory's grid, fewer than 3: "
                        "whether the theory's best is the fastest is not tested")
     picked = num(pick(measured, tree_size=theory_best), "measured_speedup")
-    return judged(theory_best == fastest["tree_size"], said, "dynamic trees lead and the theory's tree size is the "
-                  "fastest", f"{holds}; the theory picks size {theory_best} ({picked:.2f}x measured) but size "
-                  f"{fastest['tree_size']} runs {num(fastest, 'measured_speedup'):.2f}x on this CPU")
+    if "over_theory_best_low95" not in measured[0]:  # (a run written before the intervals: its point estimates)
+        return judged(theory_best == fastest["tree_size"], said, "dynamic trees lead and the theory's tree size is "
+                      "the fastest", f"{holds}; the theory picks size {theory_best} ({picked:.2f}x measured) but size "
+                      f"{fastest['tree_size']} runs {num(fastest, 'measured_speedup'):.2f}x on this CPU")
+    others = [r for r in measured if r["tree_size"] != theory_best]
+    said += "; over the theory's best: " + ", ".join(
+        f"size {r['tree_size']} {num(r, 'over_theory_best'):.2f}x [{num(r, 'over_theory_best_low95'):.2f}, "
+        f"{num(r, 'over_theory_best_high95'):.2f}]" for r in others) + f" ({num(others[0], 'prompts'):.0f} prompts)"
+    beaten = [r["tree_size"] for r in others if num(r, "over_theory_best_low95") > 1]
+    if num(others[0], "prompts") < MIN_PROMPTS:
+        return Outcome(said, UNDECIDED, f"{holds}; fewer than {MIN_PROMPTS} prompts: undecided whatever the interval")
+    if beaten:
+        return judged_by_interval(False, True, said, "", f"{holds}; the theory picks size {theory_best} but size(s) "
+                                  f"{', '.join(beaten)} run faster, the whole interval above 1", "")
+    wins = all(num(r, "over_theory_best_high95") < 1 for r in others)
+    return Outcome(said, UNDECIDED, f"{holds} (τ on the grid's few prompts, without an interval); the theory's size "
+                   f"{theory_best} is " + ("faster than every other measured size, each interval below 1, but the "
+                                           "τ part decides nothing" if wins else
+                                           "not told apart from every other size: an interval straddles 1"))
 
 
 @dataclass(frozen=True)
