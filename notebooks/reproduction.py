@@ -32,6 +32,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from claims import CLAIMS
+from verdicts_report import VERDICTS_NAME, md as _md, render_verdicts, rows_decided_by, write_verdicts  # noqa: F401
 from claims.base import (FROM_NOTEBOOK, NO_RESULT, NOISY, NOT_COMPARABLE, NOT_REPRODUCED, REPRODUCED, UNDECIDED,
                          VERDICTS, Artifact, Claim, Exact, Interval, MachineSpecific, Outcome, Row, Tables, Unreadable,
                          decided, without_interval)
@@ -323,10 +324,6 @@ def _conditions_line(figures: Path) -> str:
 
 # --- 5. Writing the Markdown -------------------------------------------------------------------------------------
 
-def _md(text) -> str:
-    return str(text).replace("|", "\\|").replace("\n", " ")
-
-
 def _links(claim: Claim, figures: Path, base: Path) -> str:
     paths = []
     for name in [a.csv for a in claim.artifacts] + list(claim.pictures):
@@ -363,7 +360,8 @@ GUIDE = """\
   ask whether the claim's direction holds, and are decided only on an interval: a measured row whose CSV carries
   none is undecided, and says what its point estimates alone would say. A row whose criterion
   says "decided by" takes its verdict from those claims in `VERDICTS.md` (holds → reproduced, fails → not
-  reproduced), the one place they are decided. *Undecided, n too small*: the measurement cannot tell (its interval
+  reproduced), the one place they are decided, as a family (Holm's adjustment over every simple claim: a claim
+  keeps its verdict only where its adjusted p stays below the level its own interval decides at). *Undecided, n too small*: the measurement cannot tell (its interval
   straddles the criterion, fewer than {min_prompts} prompts, too few sizes, or no interval at all). *Noisy, timed under
   load*: a speed row whose timings were taken while other processes kept at least half a core busy on average
   (each artifact records the load its notebook ran under); it decides nothing. *Not comparable*: the
@@ -499,56 +497,6 @@ def report_rows(text: str) -> dict[str, list[str]]:
         item = re.sub(r"<br>\*made at\* [^<]*", "", cells[0])
         found[item.split("<br>")[0]] = [item, *cells[1:4]]
     return found
-
-
-VERDICTS_NAME = "VERDICTS.md"
-
-
-def rows_decided_by(claims=CLAIMS) -> dict[str, list[str]]:
-    """Notebook claim id -> the catalogue rows (``document: item``) whose verdict it decides."""
-    found: dict[str, list[str]] = {}
-    for c in claims:
-        for claim_id in c.decided_by:
-            found.setdefault(claim_id, []).append(f"{c.document}: {c.item}")
-    return found
-
-
-def render_verdicts(rows: list[dict], decides: dict[str, list[str]]) -> str:
-    """``VERDICTS.md``'s Markdown: one row per notebook claim, with its rule and the report rows it decides."""
-    from specrepro.core.provenance import BUSY_CORES
-    from specrepro.metrics.verdict import MIN_PROMPTS
-
-    counts = {v: sum(r["verdict"] == v for r in rows) for v in FROM_NOTEBOOK}
-    counts = {v: n for v, n in counts.items() if n or v != NOISY}  # noisy named only when a claim is
-    lines = ["# Verdicts: one per claim", "",
-             f"Written by `notebooks/reproduction.py` from each notebook's `verdicts.csv` at the end of every `make "
-             f"figures` run; do not edit by hand. Each claim is decided in one notebook (`specrepro/metrics/verdict.py`)"
-             f", by where the 95% paired-bootstrap interval of its statistic lies against the threshold: **holds** (the "
-             f"whole interval on the claimed side), **fails** (the whole interval on the other side), **undecided, n "
-             f"too small** (it straddles the threshold). A claim measured on fewer than {MIN_PROMPTS} prompts is "
-             f"undecided whatever its interval; a claim resting on timings taken while other processes kept at least "
-             f"{BUSY_CORES:g} cores busy on average is **{NOISY}**, not decided (`others_busy_cores` in its "
-             f"`verdicts.csv`); a compound claim (\"holds if …\") is decided by its parts. The rule column says "
-             f"which applied. Where the last column names a row of `REPRODUCTION.md`, that row's verdict is this one "
-             f"(holds → reproduced, fails → not reproduced, noisy → noisy), never decided again.", ""]
-    lines += [", ".join(f"{n} {v}" for v, n in counts.items()) + f" ({len(rows)} claims).", "",
-              "| claim | statement | n | estimate | 95% interval | threshold | verdict | rule | decided in | "
-              "decides the report's row |", "|---|---|---|---|---|---|---|---|---|---|"]
-    for r in rows:
-        where = r["artifact"].replace(".csv", ".md")
-        lines.append(f"| `{r['claim']}` | {_md(r['statement'])} | {_md(r['n'])} | {r['estimate']} | "
-                     f"[{r['low']}, {r['high']}] | {r['threshold']} | **{r['verdict']}** | {_md(r['rule'])} | "
-                     f"[{where}]({where}) | {_md('; '.join(decides.get(r['claim'], [])) or '—')} |")
-    return "\n".join(lines) + "\n"
-
-
-def write_verdicts(figures: Path) -> Path:
-    """``<figures>/VERDICTS.md`` from the notebooks' ``verdicts.csv`` (a claim decided twice is a ValueError)."""
-    from artifacts import collect_verdicts
-
-    path = Path(figures) / VERDICTS_NAME
-    path.write_text(render_verdicts(collect_verdicts(figures), rows_decided_by()))
-    return path
 
 
 def committed_copy(repo_root: Path, dest: Path) -> Path | None:

@@ -156,6 +156,7 @@ def test_an_interval_tolerance_moves_only_outside_the_committed_interval(tmp_pat
 @needs_figures
 def test_speed_is_machine_specific_never_moved(tmp_path):
     run = copy_csvs(FIGURES, tmp_path / "run")
+    rewrite(run / ppd.PPD_FIG5, without("low95", "high95", "prompts"))  # the point estimates alone
     rewrite(run / ppd.PPD_FIG5, lambda rows: [r.update(ppd_speedup="9.9") for r in rows])
     row = row_for(rp.evaluate(run, FIGURES), "Fig. 5 throughput by task")
     assert row.movement == rp.MACHINE and "9.9 now" in row.movements[0].detail
@@ -314,7 +315,8 @@ def test_a_judge_that_disagrees_with_the_notebooks_verdict_gives_no_result(tmp_p
     fig3 = row_for(rp.evaluate(run, None), "Fig. 3 accepted tokens per iteration")
     assert fig3.outcome.verdict == rp.REPRODUCED  # the notebook: holds
     rewrite(run / "mjsd_joint_decoding/verdicts.csv", lambda rows: [
-        r.update(verdict="fails") for r in rows if r["claim"] == "mjsd.accepted_per_iteration_over_speculative"])
+        r.update(verdict="fails", estimate="0.8", low="0.7", high="0.9")  # (a fail the family keeps: its interval)
+        for r in rows if r["claim"] == "mjsd.accepted_per_iteration_over_speculative"])
     assert row_for(rp.evaluate(run, None), "Fig. 3 accepted").outcome.verdict == rp.NOT_REPRODUCED
     lying = claims.base.Claim(fig3.claim.document, fig3.claim.item, (), "", None, "x",
                               lambda t: claims.base.Outcome("x", rp.REPRODUCED, "says so"),
@@ -350,8 +352,8 @@ def alone(run: Path, item_start: str) -> claims.base.Outcome:
 @needs_figures
 def test_criteria_that_can_fail(tmp_path):
     """Fig. 9 is judged on the document's numbers (above 5, below 2), β against batch size on 'near 1 at small
-    batch' and a rise, PPD's Table 1 on throughput as well as τ: each judge flips when its CSV says otherwise. (None
-    of them carries an interval yet, so the report calls each undecided: the next test.)"""
+    batch' and a rise, PPD's Table 1 (on a run without intervals) on throughput as well as τ: each judge flips when
+    its CSV says otherwise. (Without an interval the report calls each undecided: the next test.)"""
     run = copy_csvs(FIGURES, tmp_path / "run")
     assert alone(run, "Fig. 9 training loss").verdict == rp.NOT_REPRODUCED
     rewrite(run / ppd.PPD_FIG9, lambda rows: rows[0].update(first_loss="5.4", last_50_mean="1.9"))
@@ -374,11 +376,23 @@ def test_criteria_that_can_fail(tmp_path):
         for r in rows:
             if r["model"].startswith("smollm2") and r["method"].startswith("PPD"):
                 r["throughput_tok_s"] = "99"
+    rewrite(run / ppd.PPD_FIG4, without("low95"))  # a run written before the intervals: its point estimates
     table1 = alone(run, "Table 1 throughput")
     rewrite(run / ppd.PPD_T1, throughput)
     faster = alone(run, "Table 1 throughput")
     assert table1.verdict == rp.NOT_REPRODUCED and "throughput" in table1.reason
     assert faster.verdict == rp.REPRODUCED
+
+
+def without(*columns):
+    """A CSV change that drops ``columns``: a run written before the notebooks gave those rows their intervals, whose
+    judges still read the point estimates (the report then leaves the row undecided; the interval path is tested in
+    tests/test_reproduction_intervals.py)."""
+    def change(rows):
+        for r in rows:
+            for c in columns:
+                r.pop(c, None)
+    return change
 
 
 # The measured rows that the claims issue found decided from point estimates: each is measured, so the report
@@ -511,6 +525,7 @@ def test_ppd_fig6_needs_ppd_ahead_at_every_distance_and_k(tmp_path):
                 lead = float(r["distance"]) * 0.01 if r["k"] != "1" else by_top1
                 r["ppd_zoo"] = str(float(r["medusa_zoo"]) + lead)
         return change
+    rewrite(run / ppd.PPD_FIG6, without("gap", "gap_low95", "gap_high95", "units"))
     assert verdicts_under(run, "Fig. 6 accumulated top-k", ppd.PPD_FIG6, ahead(0.02), ahead(-0.02)) == [
         rp.REPRODUCED, rp.NOT_REPRODUCED]  # behind at top-1 only: not "across all token positions"
 
@@ -538,6 +553,8 @@ def test_slides_tables_2_and_3_test_direction(tmp_path):
                 if slides.is_lm_draft(r["draft"]):
                     r["speedup"] = str(value)
         return change
+    rewrite(run / slides.T2_OURS, without("low95", "high95", "prompts"))
+    (run / slides.T3_GAPS).unlink(missing_ok=True)
     assert verdicts_under(run, "Table 2 empirical speedups", slides.T2_OURS, lm_speedup(1.2), lm_speedup(0.9)) == [
         rp.REPRODUCED, rp.NOT_REPRODUCED]
 

@@ -1,8 +1,8 @@
 """What a claim is written with: the reproduction report's types, shared by ``notebooks/reproduction.py`` (which
 judges and renders) and the per-document modules beside this one (which state the claims).
 
-It imports nothing of the report or of the claims, so that each document's module and the report can both import
-it without a cycle. In order:
+It imports nothing of the report or of the claims but ``family`` (a leaf), so that each document's module and the
+report can both import it without a cycle. In order:
 
 1. reading a run's CSVs: a missing file, column or row becomes :class:`Unreadable`, said plainly in its row;
 2. tolerances, one per kind of number: exact (simulations, and fp32 measurements that carry no interval), an
@@ -25,6 +25,8 @@ from pathlib import Path
 from typing import Callable
 
 from specrepro.metrics.verdict import FAILS, HOLDS, NOISY, UNDECIDED as NOTEBOOK_UNDECIDED, combine
+
+from .family import holm  # (a leaf: it imports nothing of the claims or the report)
 
 
 # Verdicts a judge gives. UNDECIDED is ``specrepro.metrics.verdict``'s word: the measurement cannot tell (its interval
@@ -265,13 +267,15 @@ def decided(t: Tables, *claims: str) -> Decision:
     missing = [c for c in claims if c not in rows]
     if missing:
         raise Unreadable(f"no notebook's verdicts.csv has a row for {', '.join(missing)}")
-    verdicts = [rows[c]["verdict"] for c in claims]
+    family = holm(list(rows.values()))  # the verdicts as the family of every notebook's claims decides them
+    verdicts = [family[c].verdict for c in claims]
     together = combine(verdicts)
     text = "; ".join(f"{c}: {float(rows[c]['estimate']):.3g} [{float(rows[c]['low']):.3g}, "
-                     f"{float(rows[c]['high']):.3g}] ({rows[c]['n']}) {rows[c]['verdict']}" for c in claims)
-    deciding = [c for c in claims if rows[c]["verdict"] == together] or list(claims[:1])
-    why = "; ".join(f"{c} {rows[c]['verdict']}: {float(rows[c]['estimate']):.3g} [{float(rows[c]['low']):.3g}, "
-                    f"{float(rows[c]['high']):.3g}] against {float(rows[c]['threshold']):g} ({rows[c]['rule']})"
+                     f"{float(rows[c]['high']):.3g}] ({rows[c]['n']}) {family[c].verdict}" for c in claims)
+    deciding = [c for c in claims if family[c].verdict == together] or list(claims[:1])
+    why = "; ".join(f"{c} {family[c].verdict}: {float(rows[c]['estimate']):.3g} [{float(rows[c]['low']):.3g}, "
+                    f"{float(rows[c]['high']):.3g}] against {float(rows[c]['threshold']):g} ({rows[c]['rule']}"
+                    + (f"; {family[c].note}" if family[c].note.startswith(("holds", "fails")) else "") + ")"
                     for c in deciding)
     return Decision(together, text, why)
 
