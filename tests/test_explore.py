@@ -121,6 +121,21 @@ def test_every_figure_says_what_it_is_and_renders(draw):
         assert "measured, bench" in text and "cpu" in text  # the committed points, labelled with their device
 
 
+def test_the_step_split_shows_each_committed_rows_three_parts_and_its_predictions():
+    splits = ex.step_splits()
+    assert {s.method for s in splits} >= {"ar", "prompt-lookup", "eagle"}  # the benches that split their steps
+    assert all(s.target_ms > 0 and s.draft_ms >= 0 and s.host_ms >= 0 for s in splits)
+    eagle = [s for s in splits if s.method == "eagle"]
+    assert eagle and all(s.draft_ms > 0 for s in eagle)  # EAGLE's draft layer is not free
+    assert all(s.draft_ms == 0 for s in splits if s.method == "ar")
+    fig = ex.step_split_figure(ex.Controls(temperature=0.0), splits)
+    plots.check(fig)
+    text = " ".join(plots.texts(fig))
+    assert "host's work" in text and "with host" in text and "measured" in text
+    empty = " ".join(plots.texts(ex.step_split_figure(ex.Controls(temperature=0.5), splits)))
+    assert "no committed bench split its steps at T = 0.5" in empty
+
+
 def test_the_tree_curve_grows_with_size_and_with_alpha():
     sizes = (2, 4, 8, 16, 32)
     low, _ = explore_figures._tree_curves(0.3, sizes)

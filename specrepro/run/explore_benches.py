@@ -95,6 +95,47 @@ def bench_points(folder: Path | None = None) -> list[BenchPoint]:
     return points
 
 
+@dataclass(frozen=True)
+class StepSplit:
+    """One method row of a committed bench: a steady step's wall time split three ways (summary.csv's
+    step_target_ms, step_draft_ms and step_host_ms: the target's forwards, the draft's forwards, and the host's work
+    between them, in ms), beside its measured speedup and the two predictions (forwards alone; with the host's work)."""
+    bench: str
+    device: str
+    temperature: float
+    method: str
+    dtype: str
+    target_ms: float
+    draft_ms: float
+    host_ms: float
+    speedup: float
+    predicted: float | None
+    predicted_with_host: float | None
+
+    def label(self) -> str:
+        return f"{self.bench}: {self.method} ({self.dtype})"
+
+
+def step_splits(folder: Path | None = None) -> list[StepSplit]:
+    """Every row of every committed bench whose summary splits its steps (AR included: the baseline's own split),
+    in bench then row order (``folder`` defaults to ``committed.bench_dir()``)."""
+    splits = []
+    folder = bench_dir() if folder is None else Path(folder)
+    for bench in sorted(p for p in folder.glob("*") if (p / "summary.csv").is_file()):
+        config = json.loads((bench / "config.json").read_text())
+        sessions = json.loads((bench / "provenance.json").read_text()).get("sessions", [{}])
+        with (bench / "summary.csv").open() as handle:
+            for row in csv.DictReader(handle):
+                parts = [_float(row.get(f"step_{p}_ms", "")) for p in ("target", "draft", "host")]
+                if row.get("error") or None in parts or _float(row.get("speedup", "")) is None:
+                    continue
+                splits.append(StepSplit(bench.name, sessions[0].get("device_name", "unknown device"),
+                                        float(config["temperature"]), row["method"], row["dtype"], *parts,
+                                        float(row["speedup"]), _float(row.get("predicted_speedup", "")),
+                                        _float(row.get("predicted_with_host", ""))))
+    return splits
+
+
 def _tree_sizes(records: Path) -> dict[str, float]:
     """method -> mean nodes per verifying call over its records (empty when it never drafted)."""
     sizes: dict[str, list[int]] = {}

@@ -1,6 +1,6 @@
 """The explorer's theory figures, each redrawn from the analytic models of ``simulations/`` (numpy only, each well
 under a second): :func:`tokens_figure`, :func:`speedup_figure`, :func:`tree_figure`, :func:`moe_figure`,
-:func:`mentored_figure`. Where a committed bench measured a method (``explore_benches.bench_points``), its point sits
+:func:`mentored_figure`, and the measured :func:`step_split_figure`. Where a committed bench measured a method (``explore_benches.bench_points``), its point sits
 on the theory, labelled with its device. Figures are built outside pyplot with a fixed layout and the footer inside
 (:func:`figure_grid`, :func:`place_footer`), so that a widget redraws one quickly without leaking figures.
 """
@@ -17,7 +17,7 @@ import simulations as sim
 
 from . import plots
 from ..core.provenance import git_revision
-from .explore_benches import CHAIN_METHODS, TREE_METHODS, BenchPoint, at_temperature
+from .explore_benches import CHAIN_METHODS, TREE_METHODS, BenchPoint, StepSplit, at_temperature
 from .explore_costs import Controls, beta_of, cost_ratio, describe_costs
 
 PROFILE_FOOTER = "explorer"  # the footer's profile field: live figures, not a make-figures profile
@@ -270,6 +270,44 @@ def mentored_figure(ctrl: Controls) -> Figure:
     plots.legend(right, "below", fontsize=7)
     plots.title(right, plots.THEORY, f"speedup at c = {c:.3g} (β = 1)")
     _footer(fig, plots.THEORY, ctrl, note="64 synthetic rows, vocabulary 32 (simulations.mentored.random_pair)")
+    return fig
+
+
+STEP_PARTS = (("target_ms", "target forwards", "C0"), ("draft_ms", "draft forwards", "C1"),
+              ("host_ms", "host's work (drafting logic, tree, acceptance, cache, sampling)", "0.6"))
+
+
+def step_split_figure(ctrl: Controls, splits: list[StepSplit]) -> Figure:
+    """Measured: each committed bench row at the controls' temperature as one bar, a steady step's wall time split
+    into the target's forwards, the draft's forwards and the host's work (ms), with its measured speedup over AR
+    beside the predictions from the forwards alone and with the host's work. The host's share is what a prediction
+    from the forwards alone does not see."""
+    rows = [s for s in splits if abs(s.temperature - ctrl.temperature) < 1e-9]
+    fig, (ax,) = figure_grid(1, 11.0, height=max(3.2, 1.4 + 0.32 * len(rows)))
+    fig.subplots_adjust(left=0.34, right=0.97, bottom=0.9 / max(3.2, 1.4 + 0.32 * len(rows)) + 0.12, top=0.9)
+    y = np.arange(len(rows))[::-1]
+    left = np.zeros(len(rows))
+    for attr, label, colour in STEP_PARTS:
+        widths = np.array([getattr(s, attr) for s in rows])
+        ax.barh(y, widths, left=left, color=colour, label=label, height=0.7)
+        left += widths
+    for yi, s, end in zip(y, rows, left):
+        predicted = "–" if s.predicted is None else f"{s.predicted:.2f}x"
+        with_host = "–" if s.predicted_with_host is None else f"{s.predicted_with_host:.2f}x"
+        ax.annotate(f"{s.speedup:.2f}x measured; predicted {predicted}, with host {with_host}", (end, yi),
+                    xytext=(3, -3), textcoords="offset points", fontsize=6.5, color="0.2")
+    ax.set_yticks(y, [s.label() for s in rows], fontsize=7)
+    ax.set(xlabel="ms per steady step", xlim=(0, 1.6 * max(left, default=1.0)))
+    if not rows:
+        ax.text(0.5, 0.5, f"no committed bench split its steps at T = {ctrl.temperature:g}", ha="center",
+                transform=ax.transAxes)
+    plots.legend(ax, "below", fontsize=7)
+    plots.title(ax, plots.MEASURED, f"where a step's time goes (committed benches, T = {ctrl.temperature:g})")
+    devices = sorted({s.device for s in rows})
+    footer = plots.Footer(plots.MEASURED, model="see labels (each bench's config.json)",
+                          device="; ".join(devices) or "none", profile=PROFILE_FOOTER, commit=commit_label(),
+                          note="figures/bench/*/summary.csv: step_target_ms, step_draft_ms, step_host_ms")
+    place_footer(fig, footer)
     return fig
 
 
