@@ -13,7 +13,7 @@ from pathlib import Path
 
 from claims import CLAIMS
 from claims.base import FROM_NOTEBOOK, NOISY
-from claims.family import FAMILY_LEVEL, METHOD, holm
+from claims.family import FAMILY_LEVEL, METHOD, detectable, holm
 from claims.looks import looks
 
 VERDICTS_NAME = "VERDICTS.md"
@@ -55,6 +55,10 @@ def _header(rows: list[dict], counts: dict[str, int], adjusted: int) -> list[str
             f"claim stands as its notebook decided it: its parts' intervals are not in the CSVs. The verdict column "
             f"is the family's; where the last column names a row of `REPRODUCTION.md`, that row's verdict is this "
             f"one (holds → reproduced, fails → not reproduced, noisy → noisy), never decided again.", "",
+            "**Power.** The detectable column is the smallest distance from the threshold that the claim's n finds "
+            "with 80% power at the level its interval decides at (2.80 standard errors, the standard error read from "
+            "the interval): an effect the document states below it needs more prompts or seeds than were run "
+            "(`claims.family.detectable`).", "",
             "**Looks.** The looks column counts the times a claim's n was changed after a result had been seen "
             "(`notebooks/claims/looks.py`, with the commits): each is one more chance to be decided that the "
             "interval does not account for.", "",
@@ -69,17 +73,20 @@ def render_verdicts(rows: list[dict], decides: dict[str, list[str]]) -> str:
     counts = {v: n for v, n in counts.items() if n or v != NOISY}  # noisy named only when a claim is
     adjusted = sum(a.adjusted is not None for a in family.values())
     lines = _header(rows, counts, adjusted)
-    lines += ["| claim | statement | n | estimate | 95% interval | threshold | one-sided p (Holm) | verdict | looks | "
-              "rule | decided in | decides the report's row |", "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    lines += ["| claim | statement | n | estimate | 95% interval | threshold | detectable | one-sided p (Holm) | verdict | "
+              "looks | rule | decided in | decides the report's row |",
+              "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         where = r["artifact"].replace(".csv", ".md")
         a = family[r["claim"]]
         p = "—" if a.p is None else f"{a.p:.2g} ({a.adjusted:.2g})"
+        power = detectable(r)
+        power = "—" if power is None else f"±{power:.3g}"
         seen = looks(r["claim"])
         looked = f"{len(seen)}: " + "; ".join(f"{x.commit} {x.change}" for x in seen) if seen else "0"
         rule = r["rule"] + (f"; {a.note}" if a.note else "")
         lines.append(f"| `{r['claim']}` | {md(r['statement'])} | {md(r['n'])} | {r['estimate']} | "
-                     f"[{r['low']}, {r['high']}] | {r['threshold']} | {p} | **{a.verdict}** | {md(looked)} | "
+                     f"[{r['low']}, {r['high']}] | {r['threshold']} | {power} | {p} | **{a.verdict}** | {md(looked)} | "
                      f"{md(rule)} | [{where}]({where}) | {md('; '.join(decides.get(r['claim'], [])) or '—')} |")
     return "\n".join(lines) + "\n"
 

@@ -54,6 +54,15 @@ def test_holm_keeps_the_clear_verdicts_and_leaves_a_borderline_one_undecided():
     assert alone["borderline"].verdict == HOLDS and alone["borderline"].adjusted == pytest.approx(alone["borderline"].p)
 
 
+def test_the_detectable_effect_is_2_8_standard_errors_of_the_claims_own_interval():
+    half = 0.1  # a 95% interval of half-width 0.1: standard error 0.1 / 1.96
+    assert family.detectable(row("a", 1.0, 0.9, 1.1, 1.0, UNDECIDED)) == pytest.approx(0.1 * (1.96 + 0.8416) / 1.96,
+                                                                                       rel=1e-3)
+    assert family.detectable(row("b", 1.0, 1.0 - 2 * half, 1.0 + 2 * half, 1.0, UNDECIDED)) == pytest.approx(
+        2 * family.detectable(row("a", 1.0, 0.9, 1.1, 1.0, UNDECIDED)))  # twice as wide: twice the effect
+    assert family.detectable(row("c", 1.5, 1.2, 1.8, 1.0, HOLDS, rule="holds if every part holds: x holds")) is None
+
+
 @pytest.mark.skipif(not (FIGURES / "theory_speculative").is_dir(), reason="no committed figures/")
 def test_every_look_names_claims_the_notebooks_decide():
     from artifacts import collect_verdicts
@@ -62,4 +71,4 @@ def test_every_look_names_claims_the_notebooks_decide():
         assert [c for c in ids if c == key or (key.endswith(".") and c.startswith(key))], key
     assert len(looks.looks("mentored.speedup.D1")) == 3 and looks.looks("theory.none") == ()
     text = (FIGURES / "VERDICTS.md").read_text()
-    assert "Holm's step-down" in text and "| looks |" in text
+    assert "Holm's step-down" in text and "| looks |" in text and "| detectable |" in text

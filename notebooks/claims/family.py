@@ -69,6 +69,19 @@ def one_sided_p(row: dict) -> float | None:
     return {HOLDS: holds, FAILS: fails}.get(row["verdict"], min(holds, fails))
 
 
+Z80 = 0.8416212335729143  # the normal quantile of 80% power
+
+
+def detectable(row: dict) -> float | None:
+    """The smallest distance between the statistic and its threshold that the claim's n detects with 80% power at the
+    per-direction level of its interval: (1.96 + 0.84) standard errors, the standard error read from the interval as
+    in ``one_sided_p``. None where that is not read (a compound claim; noisy). A document's effect smaller than this
+    needs a larger n: about n · (detectable / effect)² by the same approximation."""
+    if direction(row["rule"]) is None or row["verdict"] == NOISY:
+        return None
+    return (Z95 + Z80) * (float(row["high"]) - float(row["low"])) / (2 * Z95)
+
+
 def holm(rows: list[dict]) -> dict[str, Adjusted]:
     """claim id -> its place in the family (module docstring) for every row of the notebooks' ``verdicts.csv``."""
     ps = {r["claim"]: one_sided_p(r) for r in rows}

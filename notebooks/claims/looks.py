@@ -3,7 +3,7 @@ seen, read from the commits that changed it. A claim decided after k looks has h
 ``VERDICTS.md`` shows the count beside each verdict. A change of n made before any result was seen is not a look.
 
 A new look is one more ``Look`` under the claim ids (or id prefixes, ending in ".") it touched, in the same commit as
-the change of n; ``tests/test_reproduction.py`` checks that every id here names a claim the notebooks decide.
+the change of n; ``tests/test_claims_family.py`` checks that every id here names a claim the notebooks decide.
 """
 from __future__ import annotations
 
