@@ -37,6 +37,7 @@ from .data import Example, chat_format, choose_vocab, generate_data, load_data, 
 from .features import Features, cached_features, generating_target, training_target
 from .loop import Trainer, begin_run, train_loop, warmup_cosine
 from .medusa import GEN_DTYPES, MedusaTrainConfig, data_config
+from .machine import machine
 
 FEATURES = ("last", "fused")  # the final-norm state alone, or low/mid/high layers with it (EAGLE-3)
 
@@ -254,6 +255,7 @@ def train_eagle(cfg: EagleTrainConfig, out: str | Path, target: LoadedModel | No
     covered = (float(sum(torch.isin(examples[i].tokens, vocab).float().mean() for i in val) / len(val))
                if vocab is not None else 1.0)
     record = run.record(
+        machine=machine(),
         data={"recipe": "specrepro.training.medusa.data_config", "shards": cfg.shards, "task_shards": cfg.task_shards,
               "shards_generated_now": made, "conversations": len(examples), "train_conversations": len(train),
               "val_conversations": len(val)},

@@ -30,6 +30,7 @@ from ..engine.models import LoadedModel, resolve_device
 from .data import DataConfig, Example, chat_format, generate_data, load_data, task_openings
 from .features import cached_features, generating_target, training_target
 from .loop import Trainer, begin_run, train_loop, warmup_cosine
+from .machine import machine
 
 
 GEN_DTYPES = ("fp32", "bf16")  # the target that writes the data and gives the hidden states
@@ -202,6 +203,7 @@ def train_medusa(cfg: MedusaTrainConfig, out: str | Path, target: LoadedModel | 
     trainable = sum(p.numel() for p in heads.parameters())
     backbone = sum(p.numel() for p in target.model.parameters())
     record = run.record(
+        machine=machine(),
         data={"recipe": "specrepro.training.data.generate_data", "folder": str(data), "shards": cfg.shards,
               "task_shards": cfg.task_shards,
               "shards_generated_now": made, "conversations": len(examples), "train_conversations": len(train_ids),

@@ -156,6 +156,7 @@ def test_tiny_end_to_end_distill(tmp_path):
     again = distill(cfg.__class__(**{**cfg.to_dict(), "steps": 2}), tmp_path, target=target, chat=chat,
                     eval_prompts=prompts, command=["test"], openings=TINY_OPENINGS)
     assert again["data"]["shards_generated_now"] == 0
+    assert again["machine"]["cpu"]["logical_cores"] >= 1 and again["machine"]["threads"] >= 1  # where it ran
 
 
 def test_shipped_draft_loads_from_the_zoo():
