@@ -361,8 +361,9 @@ GUIDE = """\
   none is undecided, and says what its point estimates alone would say. A row whose criterion
   says "decided by" takes its verdict from those claims in `VERDICTS.md` (holds → reproduced, fails → not
   reproduced), the one place they are decided, as a family (Holm's adjustment over every simple claim: a claim
-  keeps its verdict only where its adjusted p stays below the level its own interval decides at). *Undecided, n too small*: the measurement cannot tell (its interval
-  straddles the criterion, fewer than {min_prompts} prompts, too few sizes, or no interval at all). *Noisy, timed under
+  keeps its verdict only where its adjusted p stays below the level its own interval decides at). *Undecided, n
+  too small*: the measurement cannot tell (its interval straddles the criterion, fewer than {min_prompts} prompts,
+  too few sizes, or no interval at all). *Noisy, timed under
   load*: a speed row whose timings were taken while other processes kept at least half a core busy on average
   (each artifact records the load its notebook ran under); it decides nothing. *Not comparable*: the
   document prints nothing to compare, or describes other data. *No result*: this run did not write a CSV the row

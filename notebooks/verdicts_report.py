@@ -73,8 +73,8 @@ def render_verdicts(rows: list[dict], decides: dict[str, list[str]]) -> str:
     counts = {v: n for v, n in counts.items() if n or v != NOISY}  # noisy named only when a claim is
     adjusted = sum(a.adjusted is not None for a in family.values())
     lines = _header(rows, counts, adjusted)
-    lines += ["| claim | statement | n | estimate | 95% interval | threshold | detectable | one-sided p (Holm) | verdict | "
-              "looks | rule | decided in | decides the report's row |",
+    lines += ["| claim | statement | n | estimate | 95% interval | threshold | detectable | one-sided p (Holm) | "
+              "verdict | looks | rule | decided in | decides the report's row |",
               "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         where = r["artifact"].replace(".csv", ".md")

@@ -1,6 +1,7 @@
-"""The measured rows that PPD's and the slides' notebooks now write with 95% intervals (``specrepro.studies.intervals``):
-each judge decides on the interval, fails on the opposite result, and stays undecided when the interval straddles its
-threshold or rests on fewer than ``MIN_PROMPTS`` prompts. Reads copies of the committed CSVs, edited."""
+"""The measured rows that PPD's and the slides' notebooks now write with 95% intervals
+(``specrepro.studies.intervals``): each judge decides on the interval, fails on the opposite result, and stays
+undecided when the interval straddles its threshold or rests on fewer than ``MIN_PROMPTS`` prompts. Reads copies of
+the committed CSVs, edited."""
 from __future__ import annotations
 
 import csv

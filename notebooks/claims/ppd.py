@@ -247,7 +247,8 @@ def ppd_fig6(t: Tables) -> Outcome:
         return Outcome(said, UNDECIDED, f"fewer than {MIN_PROMPTS} held-out conversations", paper)
     return judged_by_interval(ahead == len(rows), bool(behind), said, "PPD ahead of Medusa at every distance and k",
                               f"PPD is behind Medusa at {len(behind)} (distance, k): {'; '.join(behind[:4])}",
-                              f"PPD ahead at {ahead} of {len(rows)} (distance, k); the other gaps' intervals straddle 0",
+                              f"PPD ahead at {ahead} of {len(rows)} (distance, k); the other gaps' intervals "
+                              "straddle 0",
                               paper)
 
 

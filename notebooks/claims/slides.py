@@ -172,7 +172,8 @@ def slides_table3(t: Tables) -> Outcome:
                       f"the ordering unigram < bigram < LM fails at some T{weak}", paper=paper)
     gaps = t.rows(T3_GAPS)
     ours += "; steps: " + ", ".join(f"T = {g['T']} {g['comparison']} {num(g, 'gap'):+.3f} [{num(g, 'gap_low95'):+.3f}, "
-                                    f"{num(g, 'gap_high95'):+.3f}]" for g in gaps) + f" ({num(gaps[0], 'prompts'):.0f} prompts)"
+                                    f"{num(g, 'gap_high95'):+.3f}]" for g in gaps)
+    ours += f" ({num(gaps[0], 'prompts'):.0f} prompts)"
     if num(gaps[0], "prompts") < MIN_PROMPTS:
         return Outcome(ours, UNDECIDED, f"fewer than {MIN_PROMPTS} prompts: undecided whatever the interval", paper)
     below = [f"T = {g['T']} {g['comparison']}" for g in gaps if num(g, "gap_high95") < 0]

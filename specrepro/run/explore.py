@@ -27,8 +27,8 @@ from .explore_trace import (SOURCE_COLOURS, Trace, TracingDrafter, run_traced, t
                             trace_figure)
 
 __all__ = ["CHAIN_METHODS", "DRAFT", "RUN_METHODS", "TARGET", "TREE_METHODS", "BenchPoint", "StepSplit",
-           "at_temperature", "bench_points", "step_splits", "step_split_figure", "PROFILE_FORMATS", "Controls", "DeviceCosts", "beta_of", "cost_ratio", "describe_costs",
-           "device_profiles", "profiles_dir", "read_profile", "roofline", "MENTORED_BOUNDS", "PROFILE_FOOTER",
-           "TREE_SIZES", "mentored_figure", "moe_figure", "png", "speedup_figure", "speedup_grid", "tokens_figure",
-           "tree_figure", "tree_rank_probs", "SOURCE_COLOURS", "Trace", "TracingDrafter", "run_traced",
-           "token_sources", "tokens_html", "trace_figure"]
+           "at_temperature", "bench_points", "step_splits", "step_split_figure", "PROFILE_FORMATS", "Controls",
+           "DeviceCosts", "beta_of", "cost_ratio", "describe_costs", "device_profiles", "profiles_dir", "read_profile",
+           "roofline", "MENTORED_BOUNDS", "PROFILE_FOOTER", "TREE_SIZES", "mentored_figure", "moe_figure", "png",
+           "speedup_figure", "speedup_grid", "tokens_figure", "tree_figure", "tree_rank_probs", "SOURCE_COLOURS",
+           "Trace", "TracingDrafter", "run_traced", "token_sources", "tokens_html", "trace_figure"]

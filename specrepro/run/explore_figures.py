@@ -1,8 +1,9 @@
 """The explorer's theory figures, each redrawn from the analytic models of ``simulations/`` (numpy only, each well
 under a second): :func:`tokens_figure`, :func:`speedup_figure`, :func:`tree_figure`, :func:`moe_figure`,
-:func:`mentored_figure`, and the measured :func:`step_split_figure`. Where a committed bench measured a method (``explore_benches.bench_points``), its point sits
-on the theory, labelled with its device. Figures are built outside pyplot with a fixed layout and the footer inside
-(:func:`figure_grid`, :func:`place_footer`), so that a widget redraws one quickly without leaking figures.
+:func:`mentored_figure`, and the measured :func:`step_split_figure`. Where a committed bench measured a method
+(``explore_benches.bench_points``), its point sits on the theory, labelled with its device. Figures are built
+outside pyplot with a fixed layout and the footer inside (:func:`figure_grid`, :func:`place_footer`), so that a
+widget redraws one quickly without leaking figures.
 """
 from __future__ import annotations
 
