@@ -38,7 +38,7 @@ from .evaluate import (EVAL_SUITES, data_agreement, evaluate_alpha, held_out_pro
 from .features import generating_target
 from .loop import Trainer, begin_run, train_loop, warmup_cosine
 from .losses import DIVERGENCES, batch_loss
-from .machine import machine
+from .provenance import machine, tokens_digest
 
 
 @dataclass(frozen=True)
@@ -155,7 +155,8 @@ def distill(cfg: DistillConfig, out: str | Path, target: LoadedModel | None = No
     # 4. The record: enough to rerun and to judge the draft.
     record = run.record(
         machine=machine(),
-        data={"shards": cfg.shards, "task_shards": cfg.task_shards, "shards_generated_now": made,
+        data={"tokens_digest": tokens_digest(examples),
+              "shards": cfg.shards, "task_shards": cfg.task_shards, "shards_generated_now": made,
               "sequences": len(examples), "tokens": int(sum(len(e.tokens) for e in examples)),
               "teacher_rows": int(sum(int(e.has_row.sum()) for e in examples)),
               "train_sequences": len(train_ex), "val_sequences": len(val_ex),

@@ -37,7 +37,7 @@ from .data import Example, chat_format, choose_vocab, generate_data, load_data, 
 from .features import Features, cached_features, generating_target, training_target
 from .loop import Trainer, begin_run, train_loop, warmup_cosine
 from .medusa import GEN_DTYPES, MedusaTrainConfig, data_config
-from .machine import machine
+from .provenance import machine, tokens_digest
 
 FEATURES = ("last", "fused")  # the final-norm state alone, or low/mid/high layers with it (EAGLE-3)
 
@@ -256,7 +256,8 @@ def train_eagle(cfg: EagleTrainConfig, out: str | Path, target: LoadedModel | No
                if vocab is not None else 1.0)
     record = run.record(
         machine=machine(),
-        data={"recipe": "specrepro.training.medusa.data_config", "shards": cfg.shards, "task_shards": cfg.task_shards,
+        data={"tokens_digest": tokens_digest(examples),
+              "recipe": "specrepro.training.medusa.data_config", "shards": cfg.shards, "task_shards": cfg.task_shards,
               "shards_generated_now": made, "conversations": len(examples), "train_conversations": len(train),
               "val_conversations": len(val)},
         draft={"feature_layers": list(layers), "draft_vocab": config.draft_vocab,

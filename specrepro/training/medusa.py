@@ -30,7 +30,7 @@ from ..engine.models import LoadedModel, resolve_device
 from .data import DataConfig, Example, chat_format, generate_data, load_data, task_openings
 from .features import cached_features, generating_target, training_target
 from .loop import Trainer, begin_run, train_loop, warmup_cosine
-from .machine import machine
+from .provenance import machine, tokens_digest
 
 
 GEN_DTYPES = ("fp32", "bf16")  # the target that writes the data and gives the hidden states
@@ -204,7 +204,8 @@ def train_medusa(cfg: MedusaTrainConfig, out: str | Path, target: LoadedModel | 
     backbone = sum(p.numel() for p in target.model.parameters())
     record = run.record(
         machine=machine(),
-        data={"recipe": "specrepro.training.data.generate_data", "folder": str(data), "shards": cfg.shards,
+        data={"tokens_digest": tokens_digest(examples),
+              "recipe": "specrepro.training.data.generate_data", "folder": str(data), "shards": cfg.shards,
               "task_shards": cfg.task_shards,
               "shards_generated_now": made, "conversations": len(examples), "train_conversations": len(train_ids),
               "val_conversations": len(val_ids), "train_positions": int(train_pos.conv.numel()),

@@ -48,7 +48,7 @@ from .data import DataConfig, Example, chat_format, generate_data, load_data, ta
 from .loop import Checkpoint, Trainer, begin_run, train_loop, warmup_cosine
 from .features import generating_target, training_target
 from .medusa import GEN_DTYPES, MedusaTrainConfig, data_config
-from .machine import machine
+from .provenance import machine, tokens_digest
 
 AGGREGATIONS = ("average", "learned")
 HEADS = ("none", "1-stage", "2-stage")
@@ -405,7 +405,8 @@ def train_ppd(cfg: PPDTrainConfig, out: str | Path, target: LoadedModel | None =
     backbone = sum(p.numel() for p in model.parameters())
     record = run.record(
         machine=machine(),
-        data={"recipe": "specrepro.training.data.generate_data (Medusa's shards)", "shards": cfg.shards,
+        data={"tokens_digest": tokens_digest(examples),
+              "recipe": "specrepro.training.data.generate_data (Medusa's shards)", "shards": cfg.shards,
               "written_in": cfg.gen_dtype,
               "task_shards": cfg.task_shards, "shards_generated_now": made, "conversations": len(examples),
               "train_conversations": len(train_ids), "val_conversations": len(val_ids), "val_anchors": n_anchors},

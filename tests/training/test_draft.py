@@ -157,6 +157,7 @@ def test_tiny_end_to_end_distill(tmp_path):
                     eval_prompts=prompts, command=["test"], openings=TINY_OPENINGS)
     assert again["data"]["shards_generated_now"] == 0
     assert again["machine"]["cpu"]["logical_cores"] >= 1 and again["machine"]["threads"] >= 1  # where it ran
+    assert len(again["data"]["tokens_digest"]) == 64  # which conversations, token for token
 
 
 def test_shipped_draft_loads_from_the_zoo():

@@ -134,3 +134,16 @@ def test_git_state_is_the_revision_as_data():
     assert set(state) == {"revision", "dirty_files"} and isinstance(state["dirty_files"], list)
     if state["revision"] is not None:
         assert git_revision().startswith(state["revision"])
+
+
+def test_a_records_tokens_digest_tells_the_same_conversations_from_others():
+    from types import SimpleNamespace
+    from specrepro.training.provenance import machine, tokens_digest
+    convs = [SimpleNamespace(tokens=torch.tensor([1, 2, 3])), SimpleNamespace(tokens=torch.tensor([4, 5]))]
+    same = [SimpleNamespace(tokens=torch.tensor([1, 2, 3], dtype=torch.int32)),
+            SimpleNamespace(tokens=torch.tensor([4, 5]))]
+    assert tokens_digest(convs) == tokens_digest(same)  # the ids, not the dtype that held them
+    assert tokens_digest(convs) != tokens_digest(convs[::-1])  # the order counts
+    split = [SimpleNamespace(tokens=torch.tensor([1, 2])), SimpleNamespace(tokens=torch.tensor([3, 4, 5]))]
+    assert tokens_digest(convs) != tokens_digest(split)  # where one conversation ends counts
+    assert machine()["cpu"]["logical_cores"] >= 1
