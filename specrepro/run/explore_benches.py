@@ -71,27 +71,35 @@ def _float(text: str) -> float | None:
     return float(text) if text not in ("", "None", "nan") else None
 
 
-def bench_points(folder: Path | None = None) -> list[BenchPoint]:
-    """Every method row of every committed bench (``<folder>/<name>/summary.csv`` beside its config and
-    provenance; ``folder`` defaults to ``committed.bench_dir()``), with the device it ran on and, for token-tree
-    methods, the mean tree size of its records."""
-    points = []
+def _bench_rows(folder: Path | None):
+    """(bench folder, its config, its device, one summary.csv row) for every row of every committed bench
+    (``<folder>/<name>/summary.csv`` beside its config and provenance; ``folder`` defaults to
+    ``committed.bench_dir()``), in bench then row order."""
     folder = bench_dir() if folder is None else Path(folder)
     for bench in sorted(p for p in folder.glob("*") if (p / "summary.csv").is_file()):
         config = json.loads((bench / "config.json").read_text())
         sessions = json.loads((bench / "provenance.json").read_text()).get("sessions", [{}])
         device = sessions[0].get("device_name", "unknown device")
-        trees = _tree_sizes(bench / "records.jsonl")
         with (bench / "summary.csv").open() as handle:
             for row in csv.DictReader(handle):
-                if row.get("error") or row["base_method"] == "ar" or _float(row["speedup"]) is None:
-                    continue
-                points.append(BenchPoint(
-                    bench=bench.name, method=row["method"], base=row["base_method"], dtype=row["dtype"],
-                    device=device, temperature=float(config["temperature"]), alpha=_float(row["alpha"]),
-                    speedup=float(row["speedup"]), predicted=_float(row["predicted_speedup"]),
-                    tokens_per_call=float(row["tokens_per_call"]), mean_proposed=_float(row["mean_proposed"]),
-                    tree_size=trees.get(row["method"]), batch_size=int(config.get("batch_size", 1))))
+                yield bench, config, device, row
+
+
+def bench_points(folder: Path | None = None) -> list[BenchPoint]:
+    """Every method row of every committed bench (``_bench_rows``), with the device it ran on and, for token-tree
+    methods, the mean tree size of its records."""
+    points, trees = [], {}
+    for bench, config, device, row in _bench_rows(folder):
+        if row.get("error") or row["base_method"] == "ar" or _float(row["speedup"]) is None:
+            continue
+        if bench not in trees:
+            trees[bench] = _tree_sizes(bench / "records.jsonl")
+        points.append(BenchPoint(
+            bench=bench.name, method=row["method"], base=row["base_method"], dtype=row["dtype"],
+            device=device, temperature=float(config["temperature"]), alpha=_float(row["alpha"]),
+            speedup=float(row["speedup"]), predicted=_float(row["predicted_speedup"]),
+            tokens_per_call=float(row["tokens_per_call"]), mean_proposed=_float(row["mean_proposed"]),
+            tree_size=trees[bench].get(row["method"]), batch_size=int(config.get("batch_size", 1))))
     return points
 
 
@@ -118,21 +126,15 @@ class StepSplit:
 
 def step_splits(folder: Path | None = None) -> list[StepSplit]:
     """Every row of every committed bench whose summary splits its steps (AR included: the baseline's own split),
-    in bench then row order (``folder`` defaults to ``committed.bench_dir()``)."""
+    in bench then row order (``_bench_rows``)."""
     splits = []
-    folder = bench_dir() if folder is None else Path(folder)
-    for bench in sorted(p for p in folder.glob("*") if (p / "summary.csv").is_file()):
-        config = json.loads((bench / "config.json").read_text())
-        sessions = json.loads((bench / "provenance.json").read_text()).get("sessions", [{}])
-        with (bench / "summary.csv").open() as handle:
-            for row in csv.DictReader(handle):
-                parts = [_float(row.get(f"step_{p}_ms", "")) for p in ("target", "draft", "host")]
-                if row.get("error") or None in parts or _float(row.get("speedup", "")) is None:
-                    continue
-                splits.append(StepSplit(bench.name, sessions[0].get("device_name", "unknown device"),
-                                        float(config["temperature"]), row["method"], row["dtype"], *parts,
-                                        float(row["speedup"]), _float(row.get("predicted_speedup", "")),
-                                        _float(row.get("predicted_with_host", ""))))
+    for bench, config, device, row in _bench_rows(folder):
+        parts = [_float(row.get(f"step_{p}_ms", "")) for p in ("target", "draft", "host")]
+        if row.get("error") or None in parts or _float(row.get("speedup", "")) is None:
+            continue
+        splits.append(StepSplit(bench.name, device, float(config["temperature"]), row["method"], row["dtype"],
+                                *parts, float(row["speedup"]), _float(row.get("predicted_speedup", "")),
+                                _float(row.get("predicted_with_host", ""))))
     return splits
 
 

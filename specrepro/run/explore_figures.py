@@ -307,7 +307,7 @@ def step_split_figure(ctrl: Controls, splits: list[StepSplit]) -> Figure:
     devices = sorted({s.device for s in rows})
     footer = plots.Footer(plots.MEASURED, model="see labels (each bench's config.json)",
                           device="; ".join(devices) or "none", profile=PROFILE_FOOTER, commit=commit_label(),
-                          note="figures/bench/*/summary.csv: step_target_ms, step_draft_ms, step_host_ms")
+                          note="each bench's summary.csv: step_target_ms, step_draft_ms, step_host_ms")
     place_footer(fig, footer)
     return fig
 
