@@ -229,8 +229,26 @@ def machine() -> dict:
         gpu = torch.cuda.get_device_name(0) if torch.cuda.is_available() else None
     except ImportError:
         pass
-    return {"cpu": info["name"], "cores": os.cpu_count(), "cpu_flags": info["kernel_flags"], "gpu": gpu,
-            "python": platform.python_version()}
+    return {"cpu": info["name"], "cpu_model": cpu_model(), "cores": os.cpu_count(), "cpu_flags": info["kernel_flags"],
+            "gpu": gpu, "python": platform.python_version()}
+
+
+def cpu_model() -> str | None:
+    """The CPU's vendor, family, model and stepping from /proc/cpuinfo ("AuthenticAMD family 25 model 1 stepping
+    1"): a virtual machine's model name may say only "AMD EPYC" for CPUs two generations and 2x in speed apart."""
+    fields = {}
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            key, _, value = line.partition(":")
+            fields.setdefault(key.strip(), value.strip())
+            if key.strip() == "flags":
+                break
+    except OSError:
+        return None
+    if "cpu family" not in fields:
+        return None
+    return (f"{fields.get('vendor_id', '?')} family {fields['cpu family']} model {fields.get('model', '?')} "
+            f"stepping {fields.get('stepping', '?')}")
 
 
 # ------------------------------------------------------------------------------------------------- timings
@@ -267,6 +285,7 @@ def record_timings(figures: Path, done: dict[str, dict], setup: dict, call: bool
         runs = {**old.get("runs", {}), **done}
         entry = {"started_utc": setup["started_utc"], "profile": setup["profile"], "jobs": setup["jobs"],
                  "wall_s": setup.get("wall_s"), "cpu": setup["machine"]["cpu"],
+                 "cpu_model": setup["machine"].get("cpu_model"),
                  "runs": {name: run["wall_s"] for name, run in done.items()}}
         calls = (old.get("calls", []) + [entry])[-KEEP_CALLS:] if call else old.get("calls", [])
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -442,7 +461,8 @@ def main(argv: list[str] | None = None) -> int:
                 else:
                     done[name] = {"wall_s": round(elapsed, 1), "profile": args.profile,
                                   "threads": threads_of(notebook), "alone": alone(notebook, args.profile),
-                                  "jobs": jobs_n, "cpu": setup["machine"]["cpu"], "gpu": setup["machine"]["gpu"],
+                                  "jobs": jobs_n, "cpu": setup["machine"]["cpu"],
+                                  "cpu_model": setup["machine"]["cpu_model"], "gpu": setup["machine"]["gpu"],
                                   "finished_utc": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")}
                     record_timings(figures, {name: done[name]}, setup, call=False)  # kept if the call is stopped
                     print(f"    ok {name} in {clock(elapsed)} -> {(executed / f'{name}.ipynb')}", flush=True)
