@@ -33,9 +33,9 @@ from pathlib import Path
 
 from claims import CLAIMS
 from verdicts_report import VERDICTS_NAME, md as _md, render_verdicts, rows_decided_by, write_verdicts  # noqa: F401
-from claims.base import (FROM_NOTEBOOK, NO_RESULT, NOISY, NOT_COMPARABLE, NOT_REPRODUCED, REPRODUCED, UNDECIDED,
-                         VERDICTS, Artifact, Claim, Exact, Interval, MachineSpecific, Outcome, Row, Tables, Unreadable,
-                         decided, without_interval)
+from claims.base import (FROM_NOTEBOOK, MEMORY_BOUND_BETA, NO_RESULT, NOISY, NOT_COMPARABLE, NOT_REPRODUCED,
+                         OTHER_REGIME, PREDICTION_WORDS, REPRODUCED, UNDECIDED, VERDICTS, Artifact, Claim, Exact,
+                         Interval, MachineSpecific, Outcome, Row, Tables, Unreadable, decided, without_interval)
 
 ROOT = Path(__file__).resolve().parents[1]
 SEEDS = ROOT.parent / "shared" / "seeds"  # the founding documents sit beside the clone, as in CI
@@ -365,7 +365,11 @@ GUIDE = """\
   too small*: the measurement cannot tell (its interval straddles the criterion, fewer than {min_prompts} prompts,
   too few sizes, or no interval at all). *Noisy, timed under
   load*: a speed row whose timings were taken while other processes kept at least half a core busy on average
-  (each artifact records the load its notebook ran under); it decides nothing. *Not comparable*: the
+  (each artifact records the load its notebook ran under); it decides nothing. *Other regime*: a speed claim the
+  document makes for a memory-bound step (a GPU or TPU at batch 1, where scoring 5 tokens costs about one: β ≈ 1),
+  measured on a step that is not (β(5) above {memory_bound_beta:g} at B = 1 in the row's own run): the row quotes our
+  step and what the claim alone would say, and is decided instead on a second line, our simulator's prediction for
+  the regime we measured against our measurement, on its interval; such rows are counted apart. *Not comparable*: the
   document prints nothing to compare, or describes other data. *No result*: this run did not write a CSV the row
   reads, or wrote it with other columns or rows.
 - **vs committed**: *exact* tolerances (simulations; fp32 measurements that carry no interval) call any changed
@@ -384,6 +388,10 @@ def _header(rows: list[ReportRow], figures: Path, committed: Path | None,
             if made else "")
     no_result = f" · {verdicts[NO_RESULT]} no result" if verdicts[NO_RESULT] else ""
     noisy = f" · {verdicts[NOISY]} {NOISY}" if verdicts[NOISY] else ""
+    seconds = [r.outcome.second.verdict for r in rows if r.outcome.verdict == OTHER_REGIME and r.outcome.second]
+    regime = (f" · {verdicts[OTHER_REGIME]} other regime (our regime's prediction: "
+              + ", ".join(f"{seconds.count(v)} {PREDICTION_WORDS[v].replace('is ', '')}" for v in PREDICTION_WORDS
+                          if seconds.count(v)) + ")" if verdicts[OTHER_REGIME] else "")
     before = (f" Committed copy: {_conditions_line(committed)}." if committed is not None
               else " No committed copy was given: every row is new.")
     return [
@@ -393,7 +401,7 @@ def _header(rows: list[ReportRow], figures: Path, committed: Path | None,
         "row per item of the catalogue in `shared/seeds/README.md` (\"Every figure and table to regenerate\").",
         "",
         f"**{len(rows)} items: {verdicts[REPRODUCED]} reproduced · {verdicts[NOT_REPRODUCED]} not reproduced · "
-        f"{verdicts[UNDECIDED]} undecided, n too small{noisy} · {verdicts[NOT_COMPARABLE]} not comparable"
+        f"{verdicts[UNDECIDED]} undecided, n too small{noisy}{regime} · {verdicts[NOT_COMPARABLE]} not comparable"
         f"{no_result}.**",
         "",
         f"**Against the committed copy: {movements[MOVED]} moved · {movements[UNCHANGED]} unchanged · "
@@ -458,7 +466,7 @@ def render(rows: list[ReportRow], figures: Path, committed: Path | None, base: P
     """The report's Markdown; links are relative to ``base``, the folder the report is written to; ``made``: which
     run made each artifact folder."""
     from specrepro.metrics.verdict import MIN_PROMPTS
-    guide = GUIDE.format(min_prompts=MIN_PROMPTS)
+    guide = GUIDE.format(min_prompts=MIN_PROMPTS, memory_bound_beta=MEMORY_BOUND_BETA)
     lines = _header(rows, figures, committed, made) + guide.splitlines() + [""] + _at_a_glance(rows)
     for document in dict.fromkeys(r.claim.document for r in rows):
         lines += _document_table(rows, document, figures, base, made)

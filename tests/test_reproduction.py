@@ -112,10 +112,11 @@ def test_report_on_committed_figures_has_every_item_and_counts_add_up(tmp_path):
     text = out.read_text()
     for _, item in rp.catalogue(README):
         assert item.replace("|", "\\|") in text, item
-    verdicts = re.search(r"\*\*(\d+) items: (\d+) reproduced · (\d+) not reproduced · (\d+) undecided, n too small · "
-                         r"(\d+) not comparable", text)
-    total, *parts = map(int, verdicts.groups())
+    verdicts = re.search(r"\*\*(\d+) items: (\d+) reproduced · (\d+) not reproduced · (\d+) undecided, n too small"
+                         r"(?: · (\d+) other regime \([^)]*\))? · (\d+) not comparable", text)
+    total, *parts = (int(g or 0) for g in verdicts.groups())
     assert total == len(rows) == sum(parts)
+    assert int(verdicts.group(5) or 0) == sum(r.outcome.verdict == rp.OTHER_REGIME for r in rows)  # counted apart
     moves = re.search(r"(\d+) moved · (\d+) unchanged · (\d+) new · (\d+) machine-specific only · (\d+) not "
                       r"compared", text)
     assert sum(map(int, moves.groups())) == total
@@ -365,10 +366,15 @@ def test_criteria_that_can_fail(tmp_path):
                 if r["gamma"] == "4":
                     r["beta"] = str(values[r["batch_size"]])
         return change
-    rewrite(run / survey_blog.BETA_BATCH, beta({"1": 1.1, "4": 1.3, "16": 2.0, "64": 3.5}))
+    rewrite(run / survey_blog.BETA_BATCH, without("beta_low95", "beta_high95", "rise_low95", "rise_high95"))
+    rewrite(run / survey_blog.BETA_BATCH, beta({"1": 1.1, "4": 1.3, "16": 2.0, "64": 3.5}))  # (point estimates)
     assert alone(run, "β measured against batch").verdict == rp.REPRODUCED
-    rewrite(run / survey_blog.BETA_BATCH, beta({"1": 2.3, "4": 1.9, "16": 3.1, "64": 4.6}))  # not near 1 at B = 1
+    rewrite(run / survey_blog.BETA_BATCH, beta({"1": 1.4, "4": 1.3, "16": 1.2, "64": 1.1}))  # falls with B
     assert alone(run, "β measured against batch").verdict == rp.NOT_REPRODUCED
+    rewrite(run / survey_blog.BETA_BATCH, beta({"1": 2.3, "4": 1.9, "16": 3.1, "64": 4.6}))  # not near 1 at B = 1:
+    compute_bound = alone(run, "β measured against batch")  # a compute-bound step, not the claim's regime
+    assert compute_bound.verdict == rp.OTHER_REGIME and compute_bound.second.verdict == rp.UNDECIDED
+    assert "β(5) = 2.30" in compute_bound.reason and "prediction is undecided" in compute_bound.reason
     rewrite(run / survey_blog.BETA_BATCH, beta({"1": 1.1, "4": 0.9, "16": 0.8, "64": 1.2}))  # no rise
     assert alone(run, "β measured against batch").verdict == rp.NOT_REPRODUCED
 
@@ -433,8 +439,10 @@ def test_no_measured_row_of_the_committed_figures_is_decided_without_an_interval
         if r.claim.measured and r.outcome.verdict in (rp.REPRODUCED, rp.NOT_REPRODUCED):
             assert r.outcome.basis in (claims.base.INTERVAL, claims.base.EXACT), r.claim.item
         if r.claim.judge.__name__ in ON_POINTS:
-            assert r.outcome.verdict in (rp.UNDECIDED, rp.NOISY, rp.NO_RESULT, rp.NOT_COMPARABLE) or (
+            assert r.outcome.verdict in (rp.UNDECIDED, rp.NOISY, rp.NO_RESULT, rp.NOT_COMPARABLE, rp.OTHER_REGIME) or (
                 r.outcome.basis == claims.base.INTERVAL), (r.claim.item, r.outcome)
+        if r.outcome.verdict == rp.OTHER_REGIME:  # its decided line: on an interval, or undecided
+            assert r.outcome.second.verdict == rp.UNDECIDED or r.outcome.second.basis == claims.base.INTERVAL
 
 
 @needs_figures

@@ -7,9 +7,11 @@ from __future__ import annotations
 import csv
 from pathlib import Path
 
+import pytest
+
 from specrepro.metrics.verdict import MIN_PROMPTS
 from tests.test_reproduction import FIGURES, alone, copy_csvs, needs_figures, rewrite, rp
-from claims import ppd, slides
+from claims import base, ppd, slides, survey_blog
 
 ENOUGH, FEW = str(MIN_PROMPTS + 2), str(MIN_PROMPTS - 1)
 
@@ -120,6 +122,7 @@ def test_slides_table3_is_decided_on_the_order_steps_intervals(tmp_path):
 @needs_figures
 def test_slides_table2_holds_on_one_point_above_1_and_fails_only_when_every_point_is_below(tmp_path):
     run = copy_csvs(FIGURES, tmp_path / "run")
+    rewrite(run / slides.T2_OURS, set_beta(1.2))  # a memory-bound step: the slides' own regime
     cols = ("low95", "high95")
     lm = lambda r: slides.is_lm_draft(r["draft"])
 
@@ -131,3 +134,85 @@ def test_slides_table2_holds_on_one_point_above_1_and_fails_only_when_every_poin
     assert verdicts(run, "Table 2 empirical", slides.T2_OURS, [
         one_above, interval(cols, 0.6, 0.9, where=lm), interval(cols, 0.9, 1.1, where=lm),
         interval(cols, 1.05, 1.3, FEW, where=lm)]) == [rp.REPRODUCED, rp.NOT_REPRODUCED, rp.UNDECIDED, rp.UNDECIDED]
+
+
+def set_beta(value: float):
+    """A CSV change that puts every Table 2 row's β at ``value``: β(5) ≤ 1.5 is a memory-bound step."""
+    def change(rows):
+        for r in rows:
+            r["beta"] = str(value)
+    return change
+
+
+@needs_figures
+def test_slides_table2_on_a_compute_bound_step_is_other_regime_decided_on_our_prediction(tmp_path):
+    """β(5) above 1.5: the slides' speedups (memory-bound TPU steps) are not tested here. The row says "other
+    regime" and is decided on whether each point's interval holds the speedup predicted from α, c and β: holds when
+    all do, fails when too many miss for chance, undecided when one of a few misses."""
+    run = copy_csvs(FIGURES, tmp_path / "run")
+    rewrite(run / slides.T2_OURS, set_beta(2.0))
+    lm = lambda r: slides.is_lm_draft(r["draft"])
+
+    def around_prediction(miss: int):
+        def change(rows):
+            for i, r in enumerate(x for x in rows if lm(x)):
+                p = float(r["predicted_speedup"])
+                r.update(low95=str(p - 0.05), high95=str(p + 0.05), prompts=ENOUGH)
+                if i < miss:  # this point's interval lies wholly above its prediction
+                    r.update(low95=str(p + 0.1), high95=str(p + 0.2))
+        return change
+    seconds = []
+    for miss in (0, 6, 1):
+        rewrite(run / slides.T2_OURS, around_prediction(miss))
+        outcome = alone(run, "Table 2 empirical")
+        assert outcome.verdict == rp.OTHER_REGIME and "β(5) = 2.00" in outcome.reason
+        seconds.append(outcome.second.verdict)
+    assert seconds == [rp.REPRODUCED, rp.NOT_REPRODUCED, rp.UNDECIDED]
+    rewrite(run / slides.T2_OURS, set_beta(1.2))  # memory-bound: the slides' own criterion decides
+    assert alone(run, "Table 2 empirical").verdict in (rp.REPRODUCED, rp.NOT_REPRODUCED, rp.UNDECIDED)
+
+
+def test_the_regime_quotes_the_step_against_its_floor_and_needs_beta_5():
+    regime = base.Regime({2: 1.3, 5: 2.2}, step_ms=10.5, floor_ms=4.2)
+    assert not regime.memory_bound and "10.50 ms against its memory floor 4.20 ms (2.5x)" in regime.line()
+    assert "not recorded" in base.Regime({5: 1.2}).line() and base.Regime({5: 1.2}).memory_bound
+    with pytest.raises(base.Unreadable):
+        base.Regime({2: 1.3})
+    with pytest.raises(base.Unreadable):
+        base.prediction_within([], "nothing")
+
+
+def beta_rows(at_b1: float, b1_interval: tuple[float, float], rise: tuple[float, float], repeats: int = 8):
+    """A CSV change: β(5) at B = 1 with its interval, and the largest B's rise over B = 1 with its interval."""
+    def change(rows):
+        top = max(int(r["batch_size"]) for r in rows)
+        for r in rows:
+            r.update(beta_low95="1", beta_high95="1", rise_over_b1="1", rise_low95="1", rise_high95="1",
+                     repeats=str(repeats))
+            if r["gamma"] == "4" and r["batch_size"] == "1":
+                r.update(beta=str(at_b1), beta_low95=str(b1_interval[0]), beta_high95=str(b1_interval[1]))
+            if r["gamma"] == "4" and int(r["batch_size"]) == top:
+                r.update(rise_over_b1=str(sum(rise) / 2), rise_low95=str(rise[0]), rise_high95=str(rise[1]))
+    return change
+
+
+@needs_figures
+def test_beta_against_batch_is_decided_on_its_repeats_intervals_in_its_regime(tmp_path):
+    """Memory-bound at B = 1 (β(5) ≤ 1.5): the blog's sentence decides, on the intervals over the repeats. Compute-
+    bound: 'other regime', decided on β's rise with B (the blog's compute-bound half), undecided under 8 repeats."""
+    run = copy_csvs(FIGURES, tmp_path / "run")
+    path, item = run / survey_blog.BETA_BATCH, "β measured against batch"
+    out = []
+    for change in (beta_rows(1.2, (1.1, 1.3), (1.5, 2.5)), beta_rows(1.2, (1.1, 1.3), (0.7, 0.9)),
+                   beta_rows(1.2, (1.0, 1.6), (1.5, 2.5))):
+        rewrite(path, change)
+        out.append(alone(run, item).verdict)
+    assert out == [rp.REPRODUCED, rp.NOT_REPRODUCED, rp.UNDECIDED]
+    seconds = []
+    for change in (beta_rows(2.3, (2.2, 2.4), (1.5, 2.5)), beta_rows(2.3, (2.2, 2.4), (0.9, 1.1)),
+                   beta_rows(2.3, (2.2, 2.4), (0.7, 0.9)), beta_rows(2.3, (2.2, 2.4), (1.5, 2.5), repeats=4)):
+        rewrite(path, change)
+        outcome = alone(run, item)
+        assert outcome.verdict == rp.OTHER_REGIME
+        seconds.append(outcome.second.verdict)
+    assert seconds == [rp.REPRODUCED, rp.UNDECIDED, rp.NOT_REPRODUCED, rp.UNDECIDED]

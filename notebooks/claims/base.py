@@ -11,13 +11,15 @@ report can both import it without a cycle. In order:
 3. the 95% confidence intervals the interval tolerances compute when a CSV carries counts or a standard error
    rather than its own interval (``wilson_interval``, ``bounded_mean_interval``, ``normal_interval`` of
    ``specrepro.core.stats``);
-4. a judge's outcome, and a notebook's own verdicts read back;
+4. a judge's outcome, the regime a speed claim was made for against ours (``in_regime``), and a notebook's own
+   verdicts read back;
 5. :class:`Claim` and the :func:`claim` decorator that puts a claim's row above the judge that decides it.
 """
 
 from __future__ import annotations
 
 import csv
+import math
 import re
 from dataclasses import dataclass
 from fractions import Fraction
@@ -32,10 +34,11 @@ from .family import holm  # (a leaf: it imports nothing of the claims or the rep
 # Verdicts a judge gives. UNDECIDED is ``specrepro.metrics.verdict``'s word: the measurement cannot tell (its interval
 # straddles the criterion, or too few prompts or sizes were measured); NOISY too: a speed row timed while other
 # processes kept the CPU busy decides nothing; NOT_COMPARABLE is for a document that prints nothing to compare, or
-# describes other data.
+# describes other data; OTHER_REGIME for a speed claim made for a memory-bound step, measured on a step that is not
+# (``in_regime``).
 REPRODUCED, NOT_REPRODUCED, UNDECIDED = "reproduced", "not reproduced", NOTEBOOK_UNDECIDED  # (the same words)
-NOT_COMPARABLE, NO_RESULT = "not comparable", "no result"
-VERDICTS = (REPRODUCED, NOT_REPRODUCED, UNDECIDED, NOISY, NOT_COMPARABLE, NO_RESULT)
+NOT_COMPARABLE, NO_RESULT, OTHER_REGIME = "not comparable", "no result", "other regime"
+VERDICTS = (REPRODUCED, NOT_REPRODUCED, UNDECIDED, NOISY, OTHER_REGIME, NOT_COMPARABLE, NO_RESULT)
 # The notebooks' verdicts (``figures/VERDICTS.md``) and the report's verdict each stands for.
 FROM_NOTEBOOK = {HOLDS: REPRODUCED, FAILS: NOT_REPRODUCED, NOTEBOOK_UNDECIDED: UNDECIDED, NOISY: NOISY}
 
@@ -222,6 +225,7 @@ class Outcome:
     reason: str
     paper: str | None = None  # the document's number, when a notebook wrote it into a CSV beside ours
     basis: str | None = None  # INTERVAL, EXACT, or None: the claim's kind (exact for theory, a point if measured)
+    second: Outcome | None = None  # OTHER_REGIME's decided second line: our simulator for our regime (``in_regime``)
 
 
 def judged(ok: bool, ours: str, yes: str, no: str, paper: str | None = None) -> Outcome:
@@ -248,6 +252,79 @@ def without_interval(claim: "Claim", outcome: Outcome) -> Outcome:
         return outcome
     return Outcome(outcome.ours, UNDECIDED, f"no interval, so not decided (the point estimates alone would say "
                                             f"{outcome.verdict}: {outcome.reason})", outcome.paper)
+
+
+# The regime. The documents' speed claims live on memory-bound steps (a GPU or TPU at batch 1, where scoring n tokens
+# costs about one token's step: β(n) ≈ 1); a 2-core CPU is compute-bound beyond a few tokens. Such a claim is not
+# tested by our hardware: its row says "other regime", quotes our step, and is decided on a second line instead.
+
+MEMORY_BOUND_BETA = 1.5  # memory-bound: β(5) at B = 1 at most this (four more rows cost at most half a step, β ≈ 1)
+MISS_RATE = 0.05  # how often a 95% interval misses the value it estimates by chance
+PREDICTION_LEVEL = 0.025  # misses this unlikely by chance (one-sided binomial tail) fail the prediction
+
+
+@dataclass(frozen=True)
+class Regime:
+    """Our decode step, as the row's own run measured it: β(n) = L(n)/L(1), the cost of scoring n tokens of one
+    sequence in one forward over the cost of one, and the one-row step against its memory floor (the weights it
+    reads over the copy bandwidth) where the run recorded both."""
+    beta: dict[int, float]  # n -> β(n) at B = 1; must hold n = 5
+    step_ms: float | None = None
+    floor_ms: float | None = None
+
+    def __post_init__(self):
+        if 5 not in self.beta:
+            raise Unreadable(f"no β(5) among the regime's β(n) (n = {sorted(self.beta)})")
+
+    @property
+    def memory_bound(self) -> bool:
+        return self.beta[5] <= MEMORY_BOUND_BETA
+
+    def line(self) -> str:
+        betas = ", ".join(f"β({n}) = {b:.2f}" for n, b in sorted(self.beta.items()))
+        if self.step_ms is not None and self.floor_ms is not None:
+            step = (f"one-row step {self.step_ms:.2f} ms against its memory floor {self.floor_ms:.2f} ms "
+                    f"({self.step_ms / self.floor_ms:.1f}x); ")
+        else:
+            step = "one-row step against its memory floor: not recorded by this run; "
+        return f"our step: {step}{betas} at B = 1"
+
+
+def in_regime(outcome: Outcome, regime: Regime, predicted: Callable[[], Outcome]) -> Outcome:
+    """``outcome`` of a speed claim the document makes for a memory-bound step. Where our step is memory-bound too
+    (β(5) ≤ ``MEMORY_BOUND_BETA``) it stands. Where it is not, the row says ``OTHER_REGIME``, never "not
+    reproduced": it quotes our step (``Regime.line``) and what the claim alone would say, and carries a second,
+    decided line, ``predicted()``: our simulator's prediction for the regime we measured, tested against our
+    measurement on an interval like any other claim."""
+    if regime.memory_bound:
+        return outcome
+    second = predicted()
+    return Outcome(outcome.ours, OTHER_REGIME,
+                   f"{regime.line()}: the document's claim is for a memory-bound step (β ≈ 1), ours is not (β(5) > "
+                   f"{MEMORY_BOUND_BETA:g}), so the claim is not tested here (alone it would say {outcome.verdict}). "
+                   f"Our regime's prediction {PREDICTION_WORDS[second.verdict]}: {second.reason}",
+                   outcome.paper, second.basis, second)  # (what the row's verdict rests on: the second line)
+
+
+PREDICTION_WORDS = {REPRODUCED: "holds", NOT_REPRODUCED: "fails", UNDECIDED: "is undecided"}
+
+
+def prediction_within(points: list[tuple[str, float, float, float]], what: str) -> Outcome:
+    """Our simulator's predictions against our measurements, point by point: each (label, predicted, low95, high95).
+    Holds when every interval holds its prediction; fails when more intervals miss than 95% intervals would by
+    chance (the binomial tail of that many misses at ``MISS_RATE`` below ``PREDICTION_LEVEL``); else undecided."""
+    if not points:
+        raise Unreadable(f"no points to test {what} on")
+    missed = [(label, p, lo, hi) for label, p, lo, hi in points if not lo <= p <= hi]
+    k, m = len(points), len(missed)
+    tail = sum(math.comb(k, j) * MISS_RATE ** j * (1 - MISS_RATE) ** (k - j) for j in range(m, k + 1))
+    shown = "; ".join(f"{label}: predicted {p:.2f}, measured [{lo:.2f}, {hi:.2f}]" for label, p, lo, hi in missed[:3])
+    ours = f"{what}: the 95% interval holds the prediction at {k - m} of {k} points"
+    if m == 0:
+        return Outcome(ours, REPRODUCED, ours, basis=INTERVAL)
+    verdict = NOT_REPRODUCED if tail < PREDICTION_LEVEL else UNDECIDED
+    return Outcome(ours, verdict, f"{ours} ({m} misses have chance {tail:.2g} at a miss rate of {MISS_RATE:g}; "
+                                  f"{shown}{'; …' if m > 3 else ''})", basis=INTERVAL)
 
 
 @dataclass(frozen=True)

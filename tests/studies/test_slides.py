@@ -3,6 +3,7 @@ bigram corpus and the run-conditions lines, on the tiny models and hand-made row
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -88,3 +89,17 @@ def test_run_conditions_lines(tmp_path):
     assert lines == ["table3/T0_g4: load [0.5, 0.4, 0.3], threads 1, β 1.23, c 0.123, cpu",
                      "    T = 0 records differing from plain decoding: 1", "      prompt a differs",
                      "table3/T1_g4: load [0.5, 0.4, 0.3], threads 1, β 1.23, c 0.123, cpu"]
+
+
+def test_step_regime_reads_the_benchs_profile_step_and_floor(tmp_path):
+    """L_fp(1) and the memory floor of the bytes the engine holds (its 4-bit weights), from the profile a sweep
+    point's bench recorded; a dtype the bench did not profile is one error naming the folder."""
+    committed = json.loads((Path(__file__).parents[2] / "figures/bench/eagle-t0/provenance.json").read_text())
+    profile = committed["sessions"][0]["profiles"]["bf16"]
+    (tmp_path / "provenance.json").write_text(json.dumps({"sessions": [{"profiles": {"bf16": profile}}]}))
+    regime = slides.step_regime(tmp_path, "bf16")
+    m = profile["machine"]
+    assert regime["step_ms"] == pytest.approx(1e3 * profile["forward"][0][1]["median_s"])
+    assert regime["floor_ms"] == pytest.approx(1e3 * m["held_bytes"] / m["bandwidth_bytes_s"])
+    with pytest.raises(ValueError, match="no fp32 profile"):
+        slides.step_regime(tmp_path, "fp32")
