@@ -23,8 +23,6 @@ from ..core.deps import untraced
 from ..drafters.prompt_lookup import PromptLookupDrafter
 from ..drafters.staged import FusedDrafter, StagedDrafter
 from ..run.generate import generate_ids
-from ..metrics.batching import measure_batching
-from ..metrics.calibrate import held_bytes, memory_bandwidth, weight_bytes
 from ..metrics.profile import forward_timer
 from ..engine.models import LoadedModel
 from ..core.record import alpha_of, tokens_per_call
@@ -302,67 +300,19 @@ def layout_sources(decode: Callable[[list[int]], str], ids: Sequence[int], sourc
 # ------------------------------------------------------------------ survey blog: β against batch size
 
 
-def memory_floor_ms(model: torch.nn.Module) -> float:
-    """The memory floor of one decode step of ``model``, in ms: the weight bytes a step reads (the engine's packed
-    bytes where it holds them) over the copy bandwidth measured now (``metrics.calibrate``)."""
-    read = held_bytes(model) or weight_bytes(model)
-    return 1e3 * read / memory_bandwidth(model_device(model))
-
-
-def beta_repeats(model: torch.nn.Module, context: Sequence[int], batches: Sequence[int], new_tokens: Sequence[int],
-                 settings: dict, label: str) -> list:
-    """``settings["batch_repeats"]`` independent repeats of ``measure_batching`` (``batch_rounds`` rounds of
-    ``batch_forwards`` forwards per cell each), each on prefixes of its own; the first warms the code up, a round
-    that is not timed. β's interval (``beta_table``) is over the repeats."""
-    return [measure_batching(model, context, batches=batches, new_tokens=new_tokens, rounds=settings["batch_rounds"],
-                             forwards=settings["batch_forwards"], warmup=int(i == 0), label=label)
-            for i in range(settings["batch_repeats"])]
-
-
-def beta_table(batchings: Sequence, gammas: Sequence[int], alpha: float, c: float, floor_ms: float | None = None,
-               seed: int = 0) -> list[dict]:
-    """Per (B, γ): β(B, γ+1) = L(B, γ+1) / L(B, 1) measured in each of ``batchings`` (independent repeats of
-    ``measure_batching``, each with its own prefixes and warm-up), their mean and its 95% bootstrap interval over
-    the repeats; the rise over B = 1, β(B, γ+1) / β(1, γ+1) paired by repeat, and its interval (none from one
-    repeat); the blog's break-even β and its E[speedup] (survey blog *Batch Size*, ``simulations.speculative``) with
-    the mean β at one α and c; ``floor_ms`` (the one-row step's memory floor, ``memory_floor_ms``) beside each row,
-    so that L(1, 1) is read against it."""
-    if not batchings:
-        raise ValueError("beta_table needs at least one batching measurement")
-    batches = tuple(batchings[0].batches)
-    if 1 not in batches or any(tuple(m.batches) != batches for m in batchings):
-        raise ValueError(f"every repeat must measure the same batch sizes, B = 1 among them (got {batches})")
+def beta_table(batching, gammas: Sequence[int], alpha: float, c: float) -> list[dict]:
+    """Per (B, γ): measured β(B, γ+1) = L(B, γ+1) / L(B, 1), the blog's break-even β and its E[speedup]
+    (survey blog *Batch Size*, ``simulations.speculative``) with that β at one α and c."""
     table = []
-    for b in batches:
+    for b in batching.batches:
         for g in gammas:
-            betas = np.array([m.beta(b, g + 1) for m in batchings])  # [R]
-            rise = betas / np.array([m.beta(1, g + 1) for m in batchings])
-            beta = float(betas.mean())
+            beta = batching.beta(b, g + 1)
             table.append({"batch_size": b, "gamma": g, "n_verified": g + 1,
-                          "latency_1_ms": 1e3 * statistics.median(m.cell(b, 1).latency.median_s for m in batchings),
-                          "latency_n_ms": 1e3 * statistics.median(m.cell(b, g + 1).latency.median_s
-                                                                  for m in batchings),
-                          "beta": beta, **_mean_interval("beta", betas, seed),
-                          "rise_over_b1": float(rise.mean()), **_mean_interval("rise", rise, seed),
-                          "repeats": len(batchings), "compute_bound_limit": g + 1,
-                          "blog_break_even_beta": float(max_beta(alpha, g, c)), "alpha": alpha, "c": c,
-                          "expected_speedup": float(expected_speedup(alpha, g, c, beta)), "floor_ms": floor_ms})
+                          "latency_1_ms": 1e3 * batching.cell(b, 1).latency.median_s,
+                          "latency_n_ms": 1e3 * batching.cell(b, g + 1).latency.median_s, "beta": beta,
+                          "compute_bound_limit": g + 1, "blog_break_even_beta": float(max_beta(alpha, g, c)),
+                          "alpha": alpha, "c": c, "expected_speedup": float(expected_speedup(alpha, g, c, beta))})
     return table
-
-
-def _mean_interval(name: str, values: np.ndarray, seed: int) -> dict:
-    """``<name>_low95`` and ``<name>_high95``: the 95% bootstrap interval of the mean of ``values`` (repeats
-    resampled); None from fewer than two repeats."""
-    if len(values) < 2:
-        return {f"{name}_low95": None, f"{name}_high95": None}
-    low, high = stats.paired_bootstrap(values, lambda a: float(a.mean()), seed=seed)
-    return {f"{name}_low95": low, f"{name}_high95": high}
-
-
-def beta_of(table: Sequence[dict]) -> Callable[[int, int], float]:
-    """β(B, n) read back from ``beta_table``'s rows (the mean over the repeats)."""
-    found = {(r["batch_size"], r["n_verified"]): r["beta"] for r in table}
-    return lambda b, n: found[b, n]
 
 
 # ------------------------------------------------------------------ the notebook's profiles: sizes and grids
@@ -372,18 +322,15 @@ def beta_of(table: Sequence[dict]) -> Callable[[int, int], float]:
 # suite, new tokens, seeds).
 SETTINGS = {
     "smoke": dict(bench=1, rows=2, repeats=1, max_new=8, cost_repeats=1, warmup=2, solver_repeats=2, batch_context=16,
-                  batch_rounds=1, batch_forwards=1, batch_repeats=2, task_prompts=1, task_max_new=8, task_seeds=1),
+                  batch_rounds=1, batch_forwards=1, task_prompts=1, task_max_new=8, task_seeds=1),
     # quick, sized for ~8 minutes on 2 CPU threads: 3 bench prompts x 1 repeat, 16 tokens (a summarize generation
     # costs ~6-10 s whatever its length: prefill and scoring of ~450 tokens; mentored_speed_quality decides the
     # speed-quality question on more prompts and seeds), 8 prompts per suite for the speedup by task (every claim on
-    # at least 8 prompts; one on fewer than 8 is undecided whatever its interval); β against batch size from 8
-    # independent repeats of one round each, the first after a warm-up round (its claim decided on their interval,
-    # which needs 8 runs)
+    # at least 8 prompts; one on fewer than 8 is undecided whatever its interval)
     "quick": dict(bench=3, rows=2, repeats=1, max_new=16, cost_repeats=3, warmup=8, solver_repeats=5, batch_context=64,
-                  batch_rounds=1, batch_forwards=1, batch_repeats=8, task_prompts=8, task_max_new=32, task_seeds=2),
+                  batch_rounds=2, batch_forwards=1, task_prompts=8, task_max_new=32, task_seeds=2),
     "full": dict(bench=None, rows=4, repeats=3, max_new=128, cost_repeats=7, warmup=8, solver_repeats=20,
-                 batch_context=256, batch_rounds=5, batch_forwards=4, batch_repeats=8, task_prompts=20,
-                 task_max_new=128, task_seeds=3),
+                 batch_context=256, batch_rounds=5, batch_forwards=4, task_prompts=20, task_max_new=128, task_seeds=3),
 }
 # Per profile, the grids: γ and D of the speed-quality bench, the one-token chart's bounds, β's batch sizes and γ;
 # smoke takes two points of each of quick's.

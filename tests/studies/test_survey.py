@@ -11,7 +11,6 @@ import torch
 from specrepro.run.bench_types import BenchPrompt, BenchResult
 from specrepro.core.config import DecodeConfig, SamplingConfig
 from specrepro.run.generate import generate_ids
-from specrepro.metrics.calibrate import held_bytes, weight_bytes
 from specrepro.studies import survey
 from tests.helpers import loaded
 
@@ -178,35 +177,7 @@ def test_beta_table_uses_the_measured_beta():
     latency = {1: 1.0, 3: 2.0}
     batching = SimpleNamespace(batches=(1, 4), beta=lambda b, n: latency[n] / latency[1],
                                cell=lambda b, n: SimpleNamespace(latency=SimpleNamespace(median_s=latency[n] * 1e-3)))
-    table = survey.beta_table([batching], (2,), alpha=0.0, c=0.0, floor_ms=0.25)
+    table = survey.beta_table(batching, (2,), alpha=0.0, c=0.0)
     assert [r["batch_size"] for r in table] == [1, 4] and table[0]["beta"] == 2.0
-    assert {r["floor_ms"] for r in table} == {0.25}  # the one-row step's floor beside every row
     assert table[0]["expected_speedup"] == pytest.approx(0.5)  # α = 0: one token per step costing β
     assert table[0]["latency_n_ms"] == pytest.approx(2.0) and table[0]["compute_bound_limit"] == 3
-
-
-def test_memory_floor_is_the_weights_over_the_copy_bandwidth(tiny_pair, monkeypatch):
-    target, _ = tiny_pair
-    monkeypatch.setattr(survey, "memory_bandwidth", lambda device: 1e9)  # bytes per second
-    read = held_bytes(target) or weight_bytes(target)  # the engine's packed bytes where it holds them
-    assert read > 0
-    assert survey.memory_floor_ms(target) == pytest.approx(1e3 * read / 1e9)
-
-
-def test_beta_repeats_are_independent_measurements_and_the_table_pairs_them(tiny_pair):
-    """Each repeat is its own measure_batching call (the first with a warm-up round); the table's mean and intervals
-    are over the repeats, and the rise over B = 1 is paired by repeat (exactly 1 at B = 1)."""
-    target, _ = tiny_pair
-    settings = {"batch_repeats": 3, "batch_rounds": 1, "batch_forwards": 1}
-    repeats = survey.beta_repeats(target, list(range(1, 9)), (1, 2), (1, 3), settings, "tiny")
-    assert len(repeats) == 3 and [m.warmup for m in repeats] == [1, 0, 0]
-    table = survey.beta_table(repeats, (2,), alpha=0.5, c=0.1)
-    for r in table:
-        betas = [m.beta(r["batch_size"], 3) for m in repeats]
-        assert r["beta"] == pytest.approx(np.mean(betas)) and r["repeats"] == 3
-        assert r["beta_low95"] <= r["beta"] <= r["beta_high95"]
-    assert table[0]["rise_over_b1"] == pytest.approx(1.0) and table[0]["rise_low95"] == pytest.approx(1.0)
-    single = survey.beta_table(repeats[:1], (2,), alpha=0.5, c=0.1)
-    assert single[0]["beta_low95"] is None and single[0]["rise_high95"] is None  # no interval from one repeat
-    with pytest.raises(ValueError, match="B = 1"):
-        survey.beta_table([SimpleNamespace(batches=(2, 4))], (2,), alpha=0.5, c=0.1)
