@@ -61,6 +61,7 @@ from artifacts import STAGING_ENV, mark, swap_in, write_index  # noqa: E402  (li
 import freshness  # noqa: E402
 from specrepro.core.provenance import git_revision  # noqa: E402
 from specrepro.core.deps import file_digest  # noqa: E402
+from specrepro.core.machine import cpu_model  # noqa: E402
 
 # Notebooks that also run with other parameters: stem -> {variant: parameters}. A variant's executed copy is
 # executed/<stem>-<variant>.ipynb; the notebook itself writes its figures to a folder of their own.
@@ -231,24 +232,6 @@ def machine() -> dict:
         pass
     return {"cpu": info["name"], "cpu_model": cpu_model(), "cores": os.cpu_count(), "cpu_flags": info["kernel_flags"],
             "gpu": gpu, "python": platform.python_version()}
-
-
-def cpu_model() -> str | None:
-    """The CPU's vendor, family, model and stepping from /proc/cpuinfo ("AuthenticAMD family 25 model 1 stepping
-    1"): a virtual machine's model name may say only "AMD EPYC" for CPUs two generations and 2x in speed apart."""
-    fields = {}
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            key, _, value = line.partition(":")
-            fields.setdefault(key.strip(), value.strip())
-            if key.strip() == "flags":
-                break
-    except OSError:
-        return None
-    if "cpu family" not in fields:
-        return None
-    return (f"{fields.get('vendor_id', '?')} family {fields['cpu family']} model {fields.get('model', '?')} "
-            f"stepping {fields.get('stepping', '?')}")
 
 
 # ------------------------------------------------------------------------------------------------- timings

@@ -1,5 +1,6 @@
 """The run cache: a folder per (config, code) key outside the repository; a changed config never resumes an old one."""
 
+import json
 from dataclasses import dataclass
 
 import pytest
@@ -51,3 +52,27 @@ def test_fresh_empties_the_folder(tmp_path):
     assert (run_dir("bench", Config(), root=tmp_path) / "records.jsonl").exists()  # a matching key resumes
     again = run_dir("bench", Config(), root=tmp_path, fresh=True)
     assert again == folder and not (again / "records.jsonl").exists() and (again / "key.json").exists()
+
+
+def test_another_machine_never_reads_this_ones_cells(tmp_path, monkeypatch):
+    """A shared cache (one home folder, two CPUs whose model names both read "AMD EPYC") keeps each machine's cells
+    apart: the key covers the CPU's family, model and stepping."""
+    from specrepro.core import machine as machine_module
+    from specrepro.run import cache
+
+    here = run_dir("bench", Config(), root=tmp_path)
+    assert json.loads((here / "key.json").read_text())["machine"] == machine_module.machine()
+    other = {**machine_module.machine(), "cpu_model": "AuthenticAMD family 23 model 1 stepping 2"}
+    monkeypatch.setattr(machine_module, "machine", lambda: other)
+    monkeypatch.setattr(cache, "fingerprint", machine_module.fingerprint)
+    assert run_dir("bench", Config(), root=tmp_path) != here
+
+
+def test_cpu_model_reads_family_model_and_stepping(tmp_path):
+    from specrepro.core.machine import cpu_model
+
+    cpuinfo = tmp_path / "cpuinfo"
+    cpuinfo.write_text("processor\t: 0\nvendor_id\t: AuthenticAMD\ncpu family\t: 25\nmodel\t\t: 1\n"
+                       "model name\t: AMD EPYC\nstepping\t: 1\nflags\t\t: fpu avx2\n\nprocessor\t: 1\n")
+    assert cpu_model(cpuinfo) == "AuthenticAMD family 25 model 1 stepping 1"
+    assert cpu_model(tmp_path / "absent") is None

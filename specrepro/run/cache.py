@@ -4,8 +4,10 @@ A notebook's bench records, training cells and grids are worth resuming after an
 folder that another configuration or another version of the code wrote. So a run's folder is named by a *key*: the
 SHA-256 of the full configuration (any JSON-able value: dataclasses, dicts, lists of prompt ids) and of the code that
 produces it (every file of the installed ``specrepro`` package, sources and shipped zoo weights alike, plus any extra
-file the caller names, such as the notebook itself). A matching key resumes; anything else is a new folder, so a stale
-run can never block or leak into a new one. What a notebook writes under ``figures/`` is a result and is never read
+file the caller names, such as the notebook itself), and of the machine (``core.machine.fingerprint``: CPU vendor,
+family, model, stepping, flags and cores, and the GPUs), since a timed cell, and even a sampled one, is a result of
+the machine it ran on. A matching key resumes; anything else is a new folder, so a stale run, or one another machine
+made in a shared cache, can never block or leak into a new one. What a notebook writes under ``figures/`` is a result and is never read
 back.
 
 Hand-written rather than ``joblib.Memory``: a run folder fills up record by record while the run goes on (that is
@@ -38,6 +40,7 @@ from pathlib import Path
 from typing import Any, Iterable
 
 from ..core.deps import Trace, bookkeeping, changed, current_files, file_digest, inherit
+from ..core.machine import fingerprint, machine
 from ..core.provenance import atomic_write_text
 from ..engine.disk import cache_root
 
@@ -78,8 +81,10 @@ def package_digest() -> str:
 
 
 def run_key(*config: Any, code: Iterable[Path | str] = (), package: bool = True) -> str:
-    """The key of a run: 16 hex digits of SHA-256(config, package files unless not ``package``, ``code`` files)."""
+    """The key of a run: 16 hex digits of SHA-256(config, this machine's fingerprint, package files unless not
+    ``package``, ``code`` files)."""
     digest = hashlib.sha256(config_text(*config).encode())
+    digest.update(fingerprint().encode())
     if package:
         digest.update(package_digest().encode())
     for path in code:
@@ -105,7 +110,7 @@ def run_dir(name: str, *config: Any, code: Iterable[Path | str] = (), root: Path
     if not key_file.exists():
         tmp = key_file.with_suffix(".tmp")
         tmp.write_text(json.dumps({"name": name, "config": json.loads(config_text(*config)),
-                                   "package_sha256": None if traced else package_digest(),
+                                   "machine": machine(), "package_sha256": None if traced else package_digest(),
                                    "code": [str(p) for p in code],
                                    "traced": f"each cell's {BENCH_RECORD} or *{CODE_SUFFIX}" if traced else None},
                                   indent=1))
