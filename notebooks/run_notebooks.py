@@ -8,8 +8,9 @@
    jupyter_client starts with this interpreter (so ``.venv/bin/python`` runs the notebooks in the venv).
 2. ``--jobs`` notebooks run at a time (default 2, or 1 on a 1-core machine), each in its own process with
    ``--threads`` torch/BLAS threads (default: the cores divided among the jobs), except the ``TIMED`` ones, which
-   run alone on every core (but in ``smoke``, whose timings decide nothing). The longest expected
-   notebook starts first; a notebook named in ``DEPENDS`` waits for the ones it reads. Each start prints the
+   run alone on every core (but in ``smoke``, whose timings decide nothing), and the longest untimed run when
+   it is the only one or would outlast the others together (``wide_runs``), which also runs alone on every core
+   (unless ``--threads`` is given). The longest expected notebook starts first; a notebook named in ``DEPENDS`` waits for the ones it reads. Each start prints the
    notebook's expected time and ETA (from its last run with this profile, kept in the cache), and a heartbeat
    every minute says how far each running notebook is.
 3. Where things go. ``smoke`` (tiny settings, every cell's real code path; what CI runs) writes under
@@ -290,14 +291,44 @@ def schedule(jobs: list[tuple[Path, str, dict]], expected: dict[str, float]) -> 
     return sorted(jobs, key=lambda job: -expected.get(job[1], float("inf")))
 
 
-def alone(notebook: Path, profile: str) -> bool:
-    """Whether ``notebook`` runs with nothing beside it (``TIMED``, outside smoke)."""
-    return notebook.stem in TIMED and profile != "smoke"
+def alone(notebook: Path, profile: str, name: str = "", wide: frozenset[str] = frozenset()) -> bool:
+    """Whether ``notebook`` (its run ``name``) runs with nothing beside it, on every core: a ``TIMED`` one outside
+    smoke, or one of the ``wide`` runs (:func:`wide_runs`)."""
+    return (notebook.stem in TIMED or name in wide) and profile != "smoke"
 
 
-def startable(job: tuple[Path, str, dict], running: list[bool], profile: str) -> bool:
+def wide_runs(jobs: list[tuple[Path, str, dict]], expected: dict[str, float], profile: str) -> frozenset[str]:
+    """The untimed run that gets every core to itself: the only untimed run of the call (``--only`` one notebook),
+    or the one expected to take at least as long as the other untimed runs together, which sets how long they take
+    however they share the cores (the DistillSpec study: 15.9 min on one thread against 10.7 for the other eight on
+    the 2-core Zen 3, and 1.4-1.5x faster on two threads). Not when any untimed run's time is unknown."""
+    untimed = [name for notebook, name, _ in jobs if not alone(notebook, profile)]
+    if profile == "smoke" or not untimed:
+        return frozenset()
+    if len(untimed) == 1:
+        return frozenset(untimed)
+    if any(name not in expected for name in untimed):
+        return frozenset()
+    longest = max(untimed, key=lambda name: expected[name])
+    others = sum(expected[name] for name in untimed) - expected[longest]
+    return frozenset({longest}) if expected[longest] >= others else frozenset()
+
+
+def notebook_parameters(notebook: Path, given: dict) -> dict:
+    """Those of ``given`` that ``notebook`` declares (a None only for ``out_root``); one clear error for a notebook
+    that does not take ``profile`` and ``out_root``."""
+    declared = declared_parameters(notebook)
+    missing = {"profile", "out_root"} - declared
+    if missing:
+        raise SystemExit(f"{notebook.name} declares no parameter(s) {sorted(missing)}: every notebook takes "
+                         "profile and out_root")
+    return {k: v for k, v in given.items() if k in declared and (v is not None or k == "out_root")}
+
+
+def startable(job: tuple[Path, str, dict], running: list[bool], profile: str,
+              wide: frozenset[str] = frozenset()) -> bool:
     """Whether ``job`` may start beside the runs now running (``running``: whether each runs alone)."""
-    return not running or not (alone(job[0], profile) or any(running))
+    return not running or not (alone(job[0], profile, job[1], wide) or any(running))
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -383,25 +414,21 @@ def main(argv: list[str] | None = None) -> int:
     jobs = schedule(jobs, expected)
     setup = {"profile": args.profile, "jobs": jobs_n, "threads_per_notebook": threads, "machine": machine(),
              "started_utc": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")}
+    wide = wide_runs(jobs, expected, args.profile) if args.threads is None and threads < cores else frozenset()
     timed = sum(alone(nb, args.profile) for nb, _, _ in jobs)
     print(f"{len(jobs)} notebook run(s), profile {args.profile}, {jobs_n} at a time with {threads} thread(s) each"
           + (f", but the {timed} timed ones alone with {cores}" if timed else "")
+          + (f", and {', '.join(sorted(wide))} alone with {cores} (the longest untimed run)" if wide else "")
           + f"; figures -> {figures}, executed notebooks -> {executed}", flush=True)
     if out != ROOT and not args.out:
         print(f"({args.profile} writes to a scratch folder, never over the committed figures/)", flush=True)
 
-    def threads_of(notebook: Path) -> int:
-        return cores if alone(notebook, args.profile) else threads
+    def threads_of(notebook: Path, name: str) -> int:
+        return cores if alone(notebook, args.profile, name, wide) else threads
 
-    def parameters(notebook: Path, extra: dict) -> dict:
-        declared = declared_parameters(notebook)
-        given = {"profile": args.profile, "out_root": None if out == ROOT else str(out), "threads": threads_of(notebook),
-                 "seed": args.seed, **extra}
-        missing = {"profile", "out_root"} - declared
-        if missing:
-            raise SystemExit(f"{notebook.name} declares no parameter(s) {sorted(missing)}: every notebook takes "
-                             "profile and out_root")
-        return {k: v for k, v in given.items() if k in declared and (v is not None or k == "out_root")}
+    def parameters(notebook: Path, name: str, extra: dict) -> dict:
+        return notebook_parameters(notebook, {"profile": args.profile, "out_root": None if out == ROOT else str(out),
+                                              "threads": threads_of(notebook, name), "seed": args.seed, **extra})
 
     failures, done = [], {}
     start_all = time.perf_counter()
@@ -413,18 +440,20 @@ def main(argv: list[str] | None = None) -> int:
         while pending or running:
             while pending and len(running) < jobs_n:
                 ready = [j for j in pending if set(DEPENDS.get(j[1], ())) <= finished
-                         and startable(j, [alone(nb, args.profile) for _, _, nb in running.values()], args.profile)]
+                         and startable(j, [alone(nb, args.profile, n, wide) for n, _, nb in running.values()],
+                                              args.profile, wide)]
                 if not ready:
                     break
                 notebook, name, extra = ready[0]
                 pending.remove(ready[0])
-                params = parameters(notebook, extra)
+                params = parameters(notebook, name, extra)
                 guess = expected.get(name)
                 eta = (dt.datetime.now() + dt.timedelta(seconds=guess)).strftime("%H:%M") if guess else "?"
                 print(f"[{len(done) + len(failures) + len(running) + 1}/{len(jobs)}] start {name} "
                       f"({', '.join(f'{k}={v}' for k, v in params.items())}); expected "
                       f"{clock(guess) if guess else 'unknown (first run here)'}, ETA {eta}", flush=True)
-                future = pool.submit(run_one, notebook, params, name, executed, threads_of(notebook), figures, draft)
+                future = pool.submit(run_one, notebook, params, name, executed, threads_of(notebook, name), figures,
+                                     draft)
                 running[future] = (name, time.perf_counter(), notebook)
             complete, _ = cf.wait(running, timeout=HEARTBEAT_S, return_when=cf.FIRST_COMPLETED)
             if not complete:
@@ -443,7 +472,8 @@ def main(argv: list[str] | None = None) -> int:
                     print(f"    FAILED {name} after {clock(elapsed)}: {failure}", flush=True)
                 else:
                     done[name] = {"wall_s": round(elapsed, 1), "profile": args.profile,
-                                  "threads": threads_of(notebook), "alone": alone(notebook, args.profile),
+                                  "threads": threads_of(notebook, name),
+                                  "alone": alone(notebook, args.profile, name, wide),
                                   "jobs": jobs_n, "cpu": setup["machine"]["cpu"],
                                   "cpu_model": setup["machine"]["cpu_model"], "gpu": setup["machine"]["gpu"],
                                   "finished_utc": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")}

@@ -205,6 +205,24 @@ def test_a_timed_notebook_runs_alone_outside_smoke():
     assert rn.startable(timed, [False], "smoke") and rn.startable(plain, [False], "smoke")  # smoke shares
 
 
+def test_the_longest_untimed_run_gets_every_core_when_it_sets_the_untimed_runs_length():
+    import run_notebooks as rn
+    def job(stem, name=None):
+        return (rn.NOTEBOOKS / f"{stem}.ipynb", name or stem, {})
+    distill, theory, online = job("distillspec_study"), job("theory_ppd"), job("online_speculative_stream")
+    timed = job("medusa_trees")
+    expected = {"distillspec_study": 950.0, "theory_ppd": 30.0, "online_speculative_stream": 290.0,
+                "medusa_trees": 2000.0}
+    assert rn.wide_runs([distill, theory, online, timed], expected, "quick") == {"distillspec_study"}
+    assert rn.wide_runs([distill, theory, online], {**expected, "theory_ppd": 700.0}, "quick") == frozenset()
+    assert rn.wide_runs([distill, theory], {"distillspec_study": 950.0}, "quick") == frozenset()  # one unknown
+    assert rn.wide_runs([theory, timed], {}, "quick") == {"theory_ppd"}  # the only untimed run of the call
+    assert rn.wide_runs([distill, theory, online], expected, "smoke") == frozenset()
+    wide = frozenset({"distillspec_study"})
+    assert not rn.startable(distill, [False], "quick", wide) and not rn.startable(theory, [True], "quick", wide)
+    assert rn.startable(theory, [False], "quick", wide) and rn.startable(distill, [], "quick", wide)
+
+
 def test_a_timed_claim_is_noisy_when_other_processes_kept_the_cpu_busy_and_the_report_says_so(tmp_path, monkeypatch):
     """The notebook's LoadWatch decides it: a timed claim made under load is written noisy, with the load; the
     verdicts' page counts it; a claim resting on no timing is decided as ever."""
