@@ -138,6 +138,9 @@ def run_one(notebook: Path, parameters: dict, name: str, executed: Path, threads
     import papermill as pm
     from papermill.exceptions import PapermillExecutionError
 
+    # the checkout the notebook runs from, read before it runs: an edit made while it runs (to a file it never used,
+    # or the digests say so) does not make this run one "with uncommitted changes"
+    made_at = git_revision(ignore=("figures", "notebooks/executed"))
     executed.mkdir(parents=True, exist_ok=True)
     staging = figures.parent / ".staging" / name
     shutil.rmtree(staging, ignore_errors=True)
@@ -187,7 +190,7 @@ def run_one(notebook: Path, parameters: dict, name: str, executed: Path, threads
     freshness.record_path(executed, name).unlink(missing_ok=True)
     os.replace(partial, final)
     freshness.write_record(executed, name, files, notebook=source or str(notebook),
-                           made_at=git_revision(ignore=("figures", "notebooks/executed")),
+                           made_at=made_at,
                            profile=parameters.get("profile"), seed=parameters.get("seed"), draft=draft is not None,
                            machine=machine(), traced="this run")
     return None
