@@ -100,6 +100,7 @@ def test_a_drafter_that_pays_for_its_drafting_sizes_its_tree_once_with_that_cost
     plan = plan_run(medusa, PROFILES, RunRequest(dtype="bf16", gamma=3), models=lambda dtype: (None, drafter))
     assert seen == [0.004] and (plan.tree_size, plan.tree_size_reason) == (6, "with its drafting")
     assert plan.drafter.tree_size == 6 and plan.drafter.heads is drafter.heads
+    assert plan.draft_step_s == 0.004 and plan.provenance()["draft_step_s"] == 0.004  # the bench charges it
 
 
 def test_a_drafter_that_drafts_for_free_is_built_once_at_the_planned_size():
@@ -120,6 +121,7 @@ def test_a_drafter_that_drafts_for_free_is_built_once_at_the_planned_size():
                                                                                 choose=choose))
     plan = plan_run(ppd, PROFILES, RunRequest(dtype="bf16", gamma=3), models=lambda dtype: (None, "folder"))
     assert built == [5] and plan.tree_size == 5 and isinstance(plan.drafter, prompt.PPDDrafter)
+    assert plan.draft_step_s is None and "draft_step_s" not in plan.provenance()
 
 
 def test_method_auto_picks_the_expected_fastest_and_never_goes_without_ar(tmp_path, monkeypatch):

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from specrepro.metrics.verdict import MIN_PROMPTS
-from tests.test_reproduction import FIGURES, alone, copy_csvs, needs_figures, rewrite, rp
+from tests.test_reproduction import FIGURES, alone, copy_csvs, needs_figures, rewrite, rp, without
 from claims import base, ppd, slides, survey_blog
 
 ENOUGH, FEW = str(MIN_PROMPTS + 2), str(MIN_PROMPTS - 1)
@@ -216,3 +216,29 @@ def test_beta_against_batch_is_decided_on_its_repeats_intervals_in_its_regime(tm
         assert outcome.verdict == rp.OTHER_REGIME
         seconds.append(outcome.second.verdict)
     assert seconds == [rp.REPRODUCED, rp.UNDECIDED, rp.NOT_REPRODUCED, rp.UNDECIDED]
+
+
+@needs_figures
+def test_ppd_fig4_on_a_compute_bound_step_is_other_regime_decided_on_the_benchs_predictions(tmp_path):
+    """PPD's Fig. 4 speedups are a GPU's (memory-bound steps); on a step whose β(5) is 2.4 the row is 'other
+    regime', decided on whether each method's interval holds the speedup its bench predicted; where β(5) is 1.2 the
+    paper's own criterion decides it. A run written before the regime columns keeps its old judge."""
+    run = copy_csvs(FIGURES, tmp_path / "run")
+
+    def regime(beta5: float, miss: int = 0):
+        def change(rows):
+            for i, r in enumerate(rows):
+                r.update(beta5=str(beta5), step_ms="12.0", floor_ms="2.8", predicted_speedup="0.8",
+                         low95="0.7" if i >= miss else "0.9", high95="0.9" if i >= miss else "1.1",
+                         prompts=ENOUGH)
+        return change
+    rewrite(run / ppd.PPD_FIG4, regime(2.4))
+    outcome = alone(run, "Fig. 4 speedup")
+    assert outcome.verdict == rp.OTHER_REGIME and outcome.second.verdict == rp.REPRODUCED
+    assert "β(5) = 2.40" in outcome.reason and "12.00 ms against its memory floor 2.80 ms" in outcome.reason
+    rewrite(run / ppd.PPD_FIG4, regime(2.4, miss=4))
+    assert alone(run, "Fig. 4 speedup").second.verdict == rp.NOT_REPRODUCED
+    rewrite(run / ppd.PPD_FIG4, regime(1.2))
+    assert alone(run, "Fig. 4 speedup").verdict != rp.OTHER_REGIME
+    rewrite(run / ppd.PPD_FIG4, without("beta5"))
+    assert alone(run, "Fig. 4 speedup").verdict != rp.OTHER_REGIME

@@ -122,3 +122,24 @@ def test_a_generation_whose_drafts_keep_failing_goes_on_as_ar_and_says_when(tiny
     fell = rec.provenance["fell_back"]
     assert fell["step"] == first + 1 and "γ = 0: plain decoding" in fell["why"]
     assert len(rec.gammas) == rec.target_calls  # one target call per step, γ = 0 or not
+
+
+def test_a_tree_drafter_is_charged_its_draft_forwards_or_one_drafting_per_tree_step():
+    """EAGLE counts its draft forwards (three a step here); Medusa's heads count none, yet run once every tree
+    step; PPD measures no drafting of its own (its prompt tokens ride in the target's forward), so it is charged
+    nothing and its c is 0."""
+    from specrepro.run.bench_summary import draft_step_s, drafting_seconds, tree_c
+
+    eagle = [{"draft_calls": 9, "tree_sizes": [4, 4, 4], "provenance": {"draft_step_s": 0.002}}]
+    medusa = [{"draft_calls": 0, "tree_sizes": [6, 6], "provenance": {"draft_step_s": 0.001}},
+              {"draft_calls": 0, "tree_sizes": [6], "provenance": {"draft_step_s": 0.003}}]
+    ppd = [{"draft_calls": 0, "tree_sizes": [5, 5], "provenance": {}}]
+    assert drafting_seconds(eagle, draft_step_s(eagle)) == pytest.approx(9 * 0.002)
+    assert draft_step_s(medusa) == pytest.approx(0.002)  # the median over the records' plans
+    assert drafting_seconds(medusa, draft_step_s(medusa)) == pytest.approx(3 * 0.002)
+    assert draft_step_s(ppd) is None and drafting_seconds(ppd, None) == 0.0
+
+    class Step:
+        decode_s = 0.008
+    assert tree_c(eagle, Step()) == pytest.approx(0.25) and tree_c(ppd, Step()) == 0.0
+    assert tree_c(eagle, None) is None

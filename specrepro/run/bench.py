@@ -95,7 +95,7 @@ from .generate import encode_prompt, generate_batch, generate_ids
 from .hf_baselines import assisted_unsupported, hf_generate
 from .loaded import Models, weights_digest
 from .peers import LlamaCppPeer, gguf_for
-from .plan import Plan, RunRequest, plan_run
+from .plan import Plan, RunRequest, plan_run, tree_drafting
 from .bench_session import cost_context, measure_profiles, profile_n_max, session_info, session_profiles, warn_if_busy
 from .cache import BENCH_RECORD, recording, restart_if_code_changed
 from .store import LOCK, RunFolder, record_key, repair_records
@@ -246,7 +246,8 @@ class _Run:
             self.attempt(v.label, "planning its run", lambda: self._plan(v, kept))
         self.provenance["resolved_dtypes"] = {label: {"dtype": p.dtype, "reason": p.dtype_reason}
                                               for label, p in self.plans.items()}
-        self.provenance["tree_sizes"] = {label: {"size": p.tree_size, "reason": p.tree_size_reason}
+        self.provenance["tree_sizes"] = {label: {"size": p.tree_size, "reason": p.tree_size_reason} | (
+            {"draft_step_s": p.draft_step_s} if p.draft_step_s is not None else {})
                                          for label, p in self.plans.items() if p.tree_size is not None}
         if self.session is not None:
             base = next((self.plans[v.label] for v in self.variants if v.method.name == "ar" and v.label in self.plans),
@@ -278,7 +279,7 @@ class _Run:
         plan = plan_run(v.method, self.profiles, request,
                         models=None if given is not None else models, config=self.config.decode_config(v, 0))
         if given is not None:
-            plan.drafter = given
+            plan.drafter, plan.draft_step_s = given, tree_drafting(v.method, given)
         if plan.tree_size is not None and plan.drafter.tree_size != plan.tree_size:
             plan.drafter = plan.drafter.resized(plan.tree_size)  # a drafter passed in, at another size
         self.plans[v.label] = plan

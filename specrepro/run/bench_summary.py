@@ -6,7 +6,10 @@ L_fp from the device profile measured in the same session (``specrepro.metrics.p
 the variant's records; plain steps (nothing proposed) yield one token for L_fp(1). The predicted speedup is
 the autoregressive baseline's L_fp(1) per token over that. With every step at γ this is the survey blog's
 (*Batch Size*) E[speedup] = (1 − α^{γ+1}) / ((1 − α)(γc + β)); with proposals shorter than γ (prompt lookup,
-the end of the budget, ``--gamma auto``) it is what the closed form at γ would mispredict.
+the end of the budget, ``--gamma auto``) it is what the closed form at γ would mispredict. A token tree's steps are
+charged their measured inputs and the drafting its plan measured (``predicted_for_trees``), and its ``c`` is that
+drafting over L_fp(1): an EAGLE draft forward, Medusa's heads for a step; 0 only for PPD, which drafts inside the
+target's forward.
 
 At ``--batch-size B`` > 1 the profile is the batched step's (L_fp(n) over B rows, ``ProfileKey.batch``), so the same
 formula gives the survey's prediction from β(B, γ+1) and the batched draft's c; tokens/s is throughput (a batch's wall
@@ -94,29 +97,56 @@ def predicted_from_steps(alpha: float | None, proposed: list[int], plain_steps: 
     return tokens * baseline_decode_s / seconds
 
 
+def draft_step_s(records: list[dict]) -> float | None:
+    """A tree drafter's measured drafting (``Plan.draft_step_s``: seconds of an EAGLE draft forward, of Medusa's
+    heads for one step), the median over the records' plans; None where the drafter does no work of its own."""
+    found = [r["provenance"]["draft_step_s"] for r in records
+             if r.get("provenance", {}).get("draft_step_s") is not None]
+    return statistics.median(found) if found else None
+
+
+def drafting_seconds(records: list[dict], step_s: float | None) -> float:
+    """The drafting the loop ran around the target's forwards: ``step_s`` for each draft forward (``draft_calls``:
+    EAGLE's), and at least one per tree step (Medusa's heads, which count no draft forward)."""
+    if not step_s:
+        return 0.0
+    return step_s * sum(max(r.get("draft_calls", 0), len(r.get("tree_sizes", []))) for r in records)
+
+
 def predicted_for_trees(records: list[dict], profile: Profile, baseline_decode_s: float,
                         host: bool = False) -> float | None:
-    """Token trees (Medusa, PPD): α along a chain does not describe a tree, so the prediction takes the measured
-    tokens per target call τ and charges every step the measured L_fp of its real input (the root, its n nodes
-    and any prompt nodes, ``input_lengths``; a plain step L_fp(1)): speedup = tokens · L_fp,baseline(1) /
-    Σ_steps L_fp(input_s). Efficiency then measures what the loop spends outside the target's forward (heads,
-    tree bookkeeping, sampling), unless ``host`` charges each step the host's work the profile measured
-    (``Profile.host_s``: a plain step's for a one-token input, a speculative step's otherwise)."""
+    """Token trees (Medusa, PPD, EAGLE): α along a chain does not describe a tree, so the prediction takes the
+    measured tokens per target call τ and charges every step the measured L_fp of its real input (the root, its n
+    nodes and any prompt nodes, ``input_lengths``; a plain step L_fp(1)), and the drafting the plan measured
+    (:func:`drafting_seconds`; none for PPD, whose prompt tokens ride in the target's forward): speedup = tokens ·
+    L_fp,baseline(1) / (Σ_steps L_fp(input_s) + drafting). Efficiency then measures what the loop spends outside
+    the forwards (tree bookkeeping, sampling), unless ``host`` charges each step the host's work the profile
+    measured (``Profile.host_s``: a plain step's for a one-token input, a speculative step's otherwise)."""
     tokens = sum(r["new_tokens"] for r in records)
+    drafting = drafting_seconds(records, draft_step_s(records))
     if all("input_lengths" in r for r in records):
         lengths = [n for r in records for n in r["input_lengths"]]
         if not tokens or max(lengths, default=1) > profile.n_max:
             return None
-        return tokens * baseline_decode_s / sum(profile.l_fp(n) + (profile.host_s(1 if n > 1 else 0) if host else 0.0)
-                                                for n in lengths)
+        return tokens * baseline_decode_s / (drafting + sum(
+            profile.l_fp(n) + (profile.host_s(1 if n > 1 else 0) if host else 0.0) for n in lengths))
     sizes = [n for r in records for n in r.get("tree_sizes", [])]  # (records written before input_lengths)
     plain = sum(r["target_calls"] - len(r.get("tree_sizes", [])) for r in records)
     if not tokens or any(n + 1 > profile.n_max for n in sizes):
         return None
-    seconds = plain * profile.decode_s + sum(profile.l_fp(n + 1) for n in sizes)
+    seconds = drafting + plain * profile.decode_s + sum(profile.l_fp(n + 1) for n in sizes)
     if host:
         seconds += plain * profile.host_s(0) + len(sizes) * profile.host_s(1)
     return tokens * baseline_decode_s / seconds
+
+
+def tree_c(records: list[dict], profile: Profile | None) -> float | None:
+    """A tree drafter's c: its measured drafting (a draft forward, or a step's heads) over the target's one-token
+    step L_fp(1); 0 for one that does no work of its own (PPD); None without a profile."""
+    step_s = draft_step_s(records)
+    if not step_s:
+        return 0.0
+    return step_s / profile.decode_s if profile is not None else None
 
 
 def pooled_profile(profiles: list[Profile]) -> Profile:
@@ -180,7 +210,8 @@ def summarize(records: list[dict], variants: list, greedy: bool, profiles: dict[
         tree = ours and (spec.token_tree or any(r.get("tree_sizes", r["proposed_lengths"])
                                                          != r["proposed_lengths"] for r in rs))
         alpha = None if tree else record.alpha_of(rs)
-        c = None if kind is Cost.PLAIN else ((profile.c if profile else None) if kind.draft_cost else 0.0)
+        c = None if kind is Cost.PLAIN else ((profile.c if profile else None) if kind.draft_cost
+                                             else tree_c(rs, profile) if tree else 0.0)
         proposed = [g for r in rs for g in r.get("proposed_lengths", [])]
         gamma_nominal = v.gamma if v.gamma != "auto" else (round(statistics.mean(proposed)) if proposed else None)
         base_profile = profiles.get(by_label[baseline].dtype) if baseline is not None else None

@@ -56,6 +56,9 @@ class Plan:
     tree_size: int | None = None
     tree_size_reason: str | None = None
     drafter: Any = None  # the method's Drafter (speculative loop), built by ``plan_run`` when given models
+    # A tree drafter's drafting on this machine (``forward_seconds``: an EAGLE draft forward, Medusa's heads for one
+    # step), measured when its drafter was built; None for a drafter that does no work outside the target forward.
+    draft_step_s: float | None = None
 
     def config(self, config: DecodeConfig) -> DecodeConfig:
         """``config`` with the planned tree size."""
@@ -65,6 +68,8 @@ class Plan:
         out = {"dtype_reason": self.dtype_reason, "gamma_reason": self.gamma_reason}
         if self.tree_size_reason is not None:
             out["tree_size_reason"] = self.tree_size_reason
+        if self.draft_step_s is not None:
+            out["draft_step_s"] = self.draft_step_s
         return out
 
 
@@ -165,14 +170,15 @@ def plan_run(method: Method, profiles: Mapping[str, Profile], request: RunReques
         plan.tree_size, plan.tree_size_reason = request.tree_size, request.tree_size_reason
     builds = models is not None and method.drafter is not None
     sizes = method.tree is not None and request.tree_size is None
-    # A tree drafter that pays for its drafting (``forward_seconds``: EAGLE, Medusa) is built first and measured,
-    # then sized with that cost and resized; any other drafter is built once, at the size planned without it.
+    # A tree drafter that pays for its drafting (``forward_seconds``: EAGLE, Medusa) is built first and measured
+    # (the bench charges that drafting to its prediction and its c), then sized with that cost and resized; any
+    # other drafter is built once, at the size planned without it.
     if builds and (not sizes or hasattr(method.drafter_type, "forward_seconds")):
         plan.drafter = _build(method, models, dtype, plan, config)
+        plan.draft_step_s = tree_drafting(method, plan.drafter)
     if sizes:
         weights = method.tree.read_config(request.tree_weights, request.target)
-        measure = getattr(plan.drafter, "forward_seconds", None)
-        drafting = {"draft_step_s": measure()} if measure is not None else {}
+        drafting = {"draft_step_s": plan.draft_step_s} if plan.draft_step_s is not None else {}
         size = method.tree.choose(weights, request.profile_at(profiles[dtype]), request.gamma, **drafting)
         plan.tree_size, plan.tree_size_reason = size.size, size.reason
         if plan.drafter is not None and size.size != plan.drafter.tree_size:
@@ -180,6 +186,14 @@ def plan_run(method: Method, profiles: Mapping[str, Profile], request: RunReques
     if builds and plan.drafter is None:
         plan.drafter = _build(method, models, dtype, plan, config)
     return plan
+
+
+def tree_drafting(method: Method, drafter) -> float | None:
+    """A token-tree drafter's drafting, measured in place on this machine (``forward_seconds``: an EAGLE draft
+    forward, Medusa's heads for one step); None for other drafters and for one that drafts inside the target's
+    forward (PPD)."""
+    measure = getattr(drafter, "forward_seconds", None) if method.tree is not None else None
+    return measure() if measure is not None else None
 
 
 def _build(method: Method, models: Callable[[str], tuple[Any, Any]], dtype: str, plan: Plan,

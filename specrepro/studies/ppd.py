@@ -19,7 +19,7 @@ from ..drafters.ppd import PPDConfig, PPDDrafter, PromptTokens, dynamic_tree, in
 from ..metrics.profile import Profile
 from ..core import stats
 from .common import bench_device, rows_of, task_arrays
-from .trees import bench_profile, tree_tau
+from .trees import bench_profile, step_regime, tree_tau
 
 ACCURACY_CELLS = ("@1 top-1", "@1 top-5", "@2 top-1", "@2 top-5")  # the ablation tables' four columns
 PAPER_ABLATIONS = {  # the paper's printed rows of Tables 2-8: ACCURACY_CELLS in order
@@ -242,11 +242,15 @@ def table1(result: BenchResult, config: PPDConfig, ppd_record: dict, medusa_reco
 
 
 def methods_table(result: BenchResult, variants: Sequence[str]) -> list[dict]:
-    """Fig. 4: each method of the bench (the fixed-size PPD trees and plain decoding left out) with its speedup."""
+    """Fig. 4: each method of the bench (the fixed-size PPD trees and plain decoding left out) with its speedup, the
+    speedup the bench predicted from its measured τ (or α), c and the device profile (``run.bench_summary``), and
+    where the target's step sits in that dtype (``trees.step_regime``: L_fp(1), its memory floor, β(5))."""
     rows = rows_of(result)
     return [{"method": v, "dtype": rows[v]["dtype"], "speedup": rows[v]["speedup"],
              "speedup_median": rows[v]["speedup_median"], "tokens_per_call": rows[v]["tokens_per_call"],
-             "identical_to_ar": rows[v]["identical_to_ar"]} for v in variants if not v.startswith(("ppd:", "ar"))]
+             "identical_to_ar": rows[v]["identical_to_ar"], "predicted_speedup": rows[v]["predicted_speedup"],
+             **step_regime(bench_profile(result, rows[v]["dtype"]), betas=(5,))}
+            for v in variants if not v.startswith(("ppd:", "ar"))]
 
 
 def throughput_by_suite(records: Sequence[dict], suites: dict[str, Sequence[str]],

@@ -18,6 +18,7 @@ from ..drafters import fit_ngram
 from ..drafters.ngram import NGramTable, target_corpus
 from ..engine.models import LoadedModel
 from ..metrics.profile import Profile
+from . import trees
 from .common import StudyCache, cached_json, suite_prompts
 
 # Each of our drafts -> the slides' draft kind in Table 3; None: no published row of its kind (the LM draft is
@@ -88,16 +89,13 @@ def speed_row(row: dict, draft: str) -> dict:
 
 def step_regime(folder: str | Path, dtype: str) -> dict:
     """Where a sweep point's target step sits, from the device profile its bench recorded (``provenance.json``):
-    L_fp(1) and the memory floor of the weights a step reads (the engine's packed bytes where it holds them), in ms;
-    ``floor_ms`` None where the profile has no bandwidth. The report reads them beside β(n)
+    ``trees.step_regime``, L_fp(1) and its memory floor. The report reads them beside β(n)
     (``notebooks/claims/base.py``, ``Regime``)."""
     sessions = json.loads((Path(folder) / "provenance.json").read_text())["sessions"]
     profiles = sessions[-1]["profiles"]
     if dtype not in profiles:
         raise ValueError(f"{folder}: no {dtype} profile in its provenance (it has {sorted(profiles)})")
-    profile = Profile.from_dict(profiles[dtype])
-    floor = profile.held_floor_s or profile.floor_s
-    return {"step_ms": 1e3 * profile.decode_s, "floor_ms": None if floor is None else 1e3 * floor}
+    return trees.step_regime(Profile.from_dict(profiles[dtype]))
 
 
 def table2(rows: Sequence[dict], draft: str) -> list[dict]:

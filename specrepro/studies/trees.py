@@ -36,6 +36,16 @@ def bench_profile(result: BenchResult, dtype: str) -> Profile:
     return Profile.from_dict(next(s for s in result.provenance["sessions"] if s.get("profiles"))["profiles"][dtype])
 
 
+def step_regime(profile: Profile, betas: Sequence[int] = ()) -> dict:
+    """Where a bench's target step sits, from its device ``profile``: L_fp(1) and the memory floor of the weights a
+    step reads (the engine's packed bytes where it holds them), in ms (``floor_ms`` None where the profile has no
+    bandwidth), and β(n) for each n of ``betas`` (``beta<n>``). The report reads them as the row's regime
+    (``notebooks/claims/base.py``, ``Regime``)."""
+    floor = profile.held_floor_s or profile.floor_s
+    return {"step_ms": 1e3 * profile.decode_s, "floor_ms": None if floor is None else 1e3 * floor,
+            **{f"beta{n}": profile.beta(n) for n in betas}}
+
+
 def measured_speedups(result: BenchResult, variants: Sequence[str]) -> list[tuple[int, float, float]]:
     """(tree size, measured speedup over plain decoding, tokens per call) of each tree variant of a bench, in the
     order of ``variants``: Fig. 8(c)'s points."""

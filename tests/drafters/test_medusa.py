@@ -158,6 +158,10 @@ def test_medusa_in_the_bench_predicts_from_tree_sizes(tmp_path):
     records = [r for r in result.records if r["method"] == "medusa"]
     assert all(max(r["tree_sizes"]) <= 6 for r in records)
     assert row["predicted_speedup"] == pytest.approx(predicted_for_trees(records, profile, profile.l_fp(1)))
+    step_s = records[0]["provenance"]["draft_step_s"]  # the heads' drafting, measured when the plan built them
+    assert step_s > 0 and row["c"] == pytest.approx(step_s / profile.decode_s)
+    free = [{**r, "provenance": {}} for r in records]  # the same steps, drafting not charged
+    assert row["predicted_speedup"] < predicted_for_trees(free, profile, profile.l_fp(1))
 
 
 def test_random_trees_are_prefix_closed_and_usable(tiny_pair_64):
