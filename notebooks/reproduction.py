@@ -34,7 +34,7 @@ from pathlib import Path
 from claims import CLAIMS
 from verdicts_report import VERDICTS_NAME, md as _md, render_verdicts, rows_decided_by, write_verdicts  # noqa: F401
 from claims.base import (FROM_NOTEBOOK, MEMORY_BOUND_BETA, NO_RESULT, NOISY, NOT_COMPARABLE, NOT_REPRODUCED,
-                         OTHER_REGIME, PREDICTION_WORDS, REPRODUCED, UNDECIDED, VERDICTS, Artifact, Claim, Exact,
+                         OTHER_REGIME, REPRODUCED, UNDECIDED, VERDICTS, Artifact, Claim, Exact,
                          Interval, MachineSpecific, Outcome, Row, Tables, Unreadable, decided, without_interval)
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -44,6 +44,8 @@ REPORT_NAME = "REPRODUCTION.md"
 # What a row says about the committed copy.
 MOVED, UNCHANGED, NEW, MACHINE, NOT_COMPARED = "moved", "unchanged", "new", "machine-specific", "not compared"
 MOVEMENTS = (MOVED, UNCHANGED, NEW, MACHINE, NOT_COMPARED)
+# How the header counts the "other regime" rows' second lines (our regime's prediction), by its verdict
+SECOND_COUNTS = {REPRODUCED: "holds", NOT_REPRODUCED: "fails", UNDECIDED: "undecided"}
 
 
 # --- 1. The catalogue --------------------------------------------------------------------------------------------
@@ -390,8 +392,8 @@ def _header(rows: list[ReportRow], figures: Path, committed: Path | None,
     noisy = f" · {verdicts[NOISY]} {NOISY}" if verdicts[NOISY] else ""
     seconds = [r.outcome.second.verdict for r in rows if r.outcome.verdict == OTHER_REGIME and r.outcome.second]
     regime = (f" · {verdicts[OTHER_REGIME]} other regime (our regime's prediction: "
-              + ", ".join(f"{seconds.count(v)} {PREDICTION_WORDS[v].replace('is ', '')}" for v in PREDICTION_WORDS
-                          if seconds.count(v)) + ")" if verdicts[OTHER_REGIME] else "")
+              + ", ".join(f"{seconds.count(v)} {word}" for v, word in SECOND_COUNTS.items() if seconds.count(v))
+              + ")" if verdicts[OTHER_REGIME] else "")
     before = (f" Committed copy: {_conditions_line(committed)}." if committed is not None
               else " No committed copy was given: every row is new.")
     return [
