@@ -58,12 +58,16 @@ def test_distance_accuracy_picks_the_printed_cells():
 # ------------------------------------------------------------------ the Medusa notebook and the tree benches
 
 class LinearProfile:
-    """A device profile stand-in: L_fp(n) = n ms, measured up to n_max."""
+    """A device profile stand-in: L_fp(n) = n ms, measured up to n_max, over a 0.4 ms memory floor."""
     n_max = 8
+    decode_s, floor_s, held_floor_s = 1e-3, 4e-4, None
 
     def l_fp(self, n):
         assert 1 <= n <= self.n_max
         return 1e-3 * n
+
+    def beta(self, n):
+        return self.l_fp(n) / self.l_fp(1)
 
 
 def tree_bench():
@@ -197,7 +201,8 @@ def test_ablation_table_puts_the_baselines_first_then_the_paper():
 def ppd_bench():
     labels = ("ar", "ppd", "ppd:t8", "medusa", "speculative:g2", "prompt-lookup")
     summary = [{"method": v, "dtype": "fp32", "tokens_per_s": 10.0 + i, "speedup": 1.0 + i / 10,
-                "speedup_median": 1.0, "tokens_per_call": 1.5, "identical_to_ar": 1} for i, v in enumerate(labels)]
+                "speedup_median": 1.0, "tokens_per_call": 1.5, "identical_to_ar": 1, "predicted_speedup": 0.5 + i / 10}
+               for i, v in enumerate(labels)]
     timing = {("ppd", "a"): 1.0, ("ppd", "b"): 2.0, ("medusa", "a"): 2.0, ("medusa", "b"): 2.0}  # 20 tokens each
     records = [{"method": m, "prompt_id": p, "repeat": 0, "new_tokens": 20, "wall_time_s": s,
                 "input_lengths": [30, 4, 6] if m == "ppd" else [30, 3]} for (m, p), s in timing.items()]
@@ -223,8 +228,11 @@ def test_ppd_table1_methods_and_memory(monkeypatch):
     paper_7b = [r for r in t1 if r["model"] == "Vicuna-7B (paper)"]
     assert [r["method"] for r in paper_7b] == ["vanilla", "Medusa", "PPD"] and paper_7b[1]["throughput_tok_s"] == 82.0
     assert ppd.paper_speedup("Vicuna-7B", "PPD") == pytest.approx(88.0 / 39.2)
-    assert [r["method"] for r in ppd.methods_table(result, labels)] == ["ppd", "medusa", "speculative:g2",
-                                                                         "prompt-lookup"]
+    methods = ppd.methods_table(result, labels)
+    assert [r["method"] for r in methods] == ["ppd", "medusa", "speculative:g2", "prompt-lookup"]
+    assert methods[0]["predicted_speedup"] == pytest.approx(0.6)  # the bench's prediction beside the measurement
+    assert methods[0]["step_ms"] == pytest.approx(1.0) and methods[0]["floor_ms"] == pytest.approx(0.4)
+    assert methods[0]["beta5"] == pytest.approx(5.0)  # the step's regime, for the report's rule
     target = torch.nn.Linear(4, 4)  # 20 parameters
     target.config = SimpleNamespace(num_hidden_layers=2, num_key_value_heads=1, hidden_size=8, num_attention_heads=2)
     assert ppd.kv_bytes_per_position(target.config, 4) == 2 * 2 * 1 * 4 * 4
