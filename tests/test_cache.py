@@ -76,3 +76,22 @@ def test_cpu_model_reads_family_model_and_stepping(tmp_path):
                        "model name\t: AMD EPYC\nstepping\t: 1\nflags\t\t: fpu avx2\n\nprocessor\t: 1\n")
     assert cpu_model(cpuinfo) == "AuthenticAMD family 25 model 1 stepping 1"
     assert cpu_model(tmp_path / "absent") is None
+
+
+def test_a_device_profile_of_one_cpu_generation_is_never_read_on_another(monkeypatch):
+    """Two CPUs whose model names both read "AMD EPYC" (a Zen 3 and a Zen 4): the device key, which names the
+    profile cache's file, tells them apart by family, model and stepping; the footer's name says which it was."""
+    import torch
+
+    from specrepro.metrics import profile
+
+    def on(model: str):
+        fields = {"vendor_id": "AuthenticAMD", "cpu family": "25", "model": model, "model name": "AMD EPYC",
+                  "stepping": "1", "flags": "fpu avx2 avx512f avx512_bf16"}
+        monkeypatch.setattr(profile, "cpu_fields", lambda: fields)
+        monkeypatch.setattr(profile, "cpu_model", lambda: f"AuthenticAMD family 25 model {model} stepping 1")
+        return profile.device_key(torch.device("cpu")), profile.device_name("cpu")
+
+    (zen3, zen3_name), (zen4, zen4_name) = on("1"), on("17")
+    assert zen3 != zen4 and "avx512_bf16" in zen4
+    assert zen4_name == "CPU AMD EPYC (AuthenticAMD family 25 model 17 stepping 1)"

@@ -22,7 +22,7 @@ CPUINFO = Path("/proc/cpuinfo")
 NVIDIA_GPUS = Path("/proc/driver/nvidia/gpus")
 
 
-def _cpu_fields(cpuinfo: Path = CPUINFO) -> dict[str, str]:
+def cpu_fields(cpuinfo: Path = CPUINFO) -> dict[str, str]:
     """The first processor's fields of ``cpuinfo`` (up to its flags), or {} where there is no such file."""
     fields: dict[str, str] = {}
     try:
@@ -39,7 +39,7 @@ def _cpu_fields(cpuinfo: Path = CPUINFO) -> dict[str, str]:
 def cpu_model(cpuinfo: Path = CPUINFO) -> str | None:
     """The CPU's vendor, family, model and stepping ("AuthenticAMD family 25 model 1 stepping 1"), or None where
     ``/proc/cpuinfo`` does not say."""
-    fields = _cpu_fields(cpuinfo)
+    fields = cpu_fields(cpuinfo)
     if "cpu family" not in fields:
         return None
     return (f"{fields.get('vendor_id', '?')} family {fields['cpu family']} model {fields.get('model', '?')} "
@@ -59,7 +59,7 @@ def gpu_names(root: Path = NVIDIA_GPUS) -> list[str]:
 @functools.lru_cache(maxsize=None)
 def machine() -> dict:
     """What a cached result's machine is: CPU name, vendor/family/model/stepping, flags, logical cores, GPUs."""
-    fields = _cpu_fields()
+    fields = cpu_fields()
     return {"cpu": fields.get("model name") or platform.processor() or platform.machine(), "cpu_model": cpu_model(),
             "cpu_flags": sorted(fields.get("flags", "").split()), "cores": os.cpu_count(), "gpus": gpu_names()}
 

@@ -21,6 +21,7 @@ from .mjgd import MJGD
 from .mjsd import MJSD
 from .multi_draft import MULTI_DRAFT
 from .ngram import BIGRAM, UNIGRAM
+from .openvino import OPENVINO_AR, OPENVINO_PROMPT_LOOKUP
 from .online import ONLINE
 from .ppd import PPD
 from .prompt_lookup import PROMPT_LOOKUP
@@ -32,12 +33,12 @@ from .transformers import HF_AR, HF_ASSISTED, HF_PROMPT_LOOKUP
 REGISTRY: dict[str, Method] = {m.name: m for m in (
     AR, SPECULATIVE, GREEDY_DRAFT, PROMPT_LOOKUP, UNIGRAM, BIGRAM, STAGED, FUSED, ONLINE, MEDUSA, PPD, EAGLE,
     MULTI_DRAFT, SPECTR, MENTORED, MJGD, MJSD, BILD, HF_AR, HF_ASSISTED, HF_PROMPT_LOOKUP,
-    LLAMACPP_AR, LLAMACPP_PROMPT_LOOKUP)}
+    LLAMACPP_AR, LLAMACPP_PROMPT_LOOKUP, OPENVINO_AR, OPENVINO_PROMPT_LOOKUP)}
 
 METHODS = tuple(REGISTRY)
 OUR_METHODS = tuple(m for m, spec in REGISTRY.items() if not spec.loop.baseline)
 HF_METHODS = tuple(m for m, spec in REGISTRY.items() if spec.loop is Loop.TRANSFORMERS)
-PEER_METHODS = tuple(m for m, spec in REGISTRY.items() if spec.loop is Loop.LLAMA_CPP)  # the [peers] extra's
+PEER_METHODS = tuple(m for m, spec in REGISTRY.items() if spec.loop in (Loop.LLAMA_CPP, Loop.OPENVINO))  # [peers]
 BATCHING = tuple(m for m, spec in REGISTRY.items() if spec.batches)  # those that run B prompts at once
 
 

@@ -36,18 +36,19 @@ class Loop(enum.Enum):
     SPECULATIVE = "speculative"  # the one verification loop (speculative.py) with the method's drafter
     TRANSFORMERS = "transformers"  # transformers' ``model.generate`` (hf_baselines.py), a baseline beside ours
     LLAMA_CPP = "llama.cpp"  # llama.cpp on the GGUF the zoo model comes from (peers.py), a baseline beside ours
+    OPENVINO = "openvino"  # OpenVINO GenAI on the zoo model exported to its IR (openvino_peer.py), a baseline beside ours
 
     @property
     def baseline(self) -> bool:
         """Another engine's decoder measured beside ours (transformers', llama.cpp's), not a loop of this package."""
-        return self in (Loop.TRANSFORMERS, Loop.LLAMA_CPP)
+        return self in (Loop.TRANSFORMERS, Loop.LLAMA_CPP, Loop.OPENVINO)
 
     @property
     def own_weights(self) -> bool:
-        """Whether it decodes the torch model the run loaded (ours and transformers'). llama.cpp decodes its own file
-        of the target (the GGUF, in its quantised types): no dtype of ours, no device profile of ours, and its tokens
-        are not token for token comparable with ours."""
-        return self is not Loop.LLAMA_CPP
+        """Whether it decodes the torch model the run loaded (ours and transformers'). llama.cpp and OpenVINO decode
+        their own files of the target (the GGUF, the exported IR, in their quantised types): no dtype of ours, no device
+        profile of ours, and their tokens are not token for token comparable with ours."""
+        return self not in (Loop.LLAMA_CPP, Loop.OPENVINO)
 
 
 class Cost(enum.Enum):

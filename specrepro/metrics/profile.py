@@ -54,6 +54,7 @@ from simulations.speculative import BetaCurve
 from ..core.cost import seconds_per_token, tau
 from ..core.decoding import Clock, model_device
 from ..core.kvcache import CachedModel
+from ..core.machine import cpu_fields, cpu_model
 from ..engine.models import native_bf16
 from ..core.provenance import atomic_write_text
 from .prefix import BatchedPrefix, batch_contexts
@@ -77,25 +78,28 @@ DTYPE_NAMES = {torch.bfloat16: "bf16", torch.float16: "fp16", torch.float32: "fp
 
 
 def cpu_info() -> dict:
-    """CPU model name, logical cores and the kernel-relevant flags, from /proc/cpuinfo where it exists."""
-    name, flags = platform.processor() or platform.machine(), set()
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                name = line.split(":", 1)[1].strip()
-            elif line.startswith("flags") and not flags:
-                flags = set(line.split(":", 1)[1].split())
-    except OSError:
-        pass
-    return {"name": name, "logical_cores": os.cpu_count(), "kernel_flags": [f for f in KERNEL_FLAGS if f in flags]}
+    """CPU model name, its vendor/family/model/stepping (``core.machine.cpu_model``: a VM's model name may say only
+    "AMD EPYC" for a Zen 1 and a Zen 4), logical cores and the kernel-relevant flags, from /proc/cpuinfo where it
+    exists."""
+    fields = cpu_fields()
+    flags = set(fields.get("flags", "").split())
+    return {"name": fields.get("model name") or platform.processor() or platform.machine(), "model": cpu_model(),
+            "logical_cores": os.cpu_count(), "kernel_flags": [f for f in KERNEL_FLAGS if f in flags]}
 
 
 def device_key(device: torch.device) -> str:
-    """A stable name for the device: GPU name, or CPU model plus the flags that change kernels."""
+    """A stable name for the device: GPU name, or CPU model name, vendor/family/model/stepping and the flags that
+    change kernels (so that a profile measured on one CPU generation is never read on another of the same name)."""
     if device.type == "cuda":
         return f"cuda:{torch.cuda.get_device_name(device)}"
     info = cpu_info()
-    return f"cpu:{info['name']}:{'+'.join(info['kernel_flags']) or 'baseline'}"
+    return f"cpu:{info['name']}:{info['model'] or 'unknown'}:{'+'.join(info['kernel_flags']) or 'baseline'}"
+
+
+def cpu_label() -> str:
+    """The CPU as a footer names it: "CPU AMD EPYC (AuthenticAMD family 25 model 17 stepping 1)"."""
+    info = cpu_info()
+    return f"CPU {info['name']}" + (f" ({info['model']})" if info["model"] else "")
 
 
 def device_name(device: torch.device | str, threads: int | None = None) -> str:
@@ -105,7 +109,7 @@ def device_name(device: torch.device | str, threads: int | None = None) -> str:
     if device.type == "cuda":
         index = device.index if device.index is not None else torch.cuda.current_device()
         return f"{torch.cuda.get_device_name(index)} (cuda:{index})"
-    name = f"{device.type.upper()} {cpu_info()['name']}" if device.type == "cpu" else str(device)
+    name = cpu_label() if device.type == "cpu" else str(device)
     return f"{name}, {threads} thread(s)" if threads is not None else name
 
 

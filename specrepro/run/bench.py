@@ -95,6 +95,7 @@ from .generate import encode_prompt, generate_batch, generate_ids
 from .hf_baselines import assisted_unsupported, hf_generate
 from .loaded import Models, weights_digest
 from .peers import LlamaCppPeer, gguf_for
+from . import openvino_peer
 from .plan import Plan, RunRequest, plan_run, tree_drafting
 from .bench_session import cost_context, measure_profiles, profile_n_max, session_info, session_profiles, warn_if_busy
 from .cache import BENCH_RECORD, recording, restart_if_code_changed
@@ -198,7 +199,7 @@ class _Run:
         self.plans: dict[str, Plan] = {}
         self.session: dict | None = None  # this call's entry of provenance["sessions"], when it measures
         self.profiles: dict[str, Profile] = {}  # dtype -> device profile pooled over the sessions (start_session)
-        self._peer: LlamaCppPeer | None = None  # llama.cpp, loaded by the first use of ``peer``
+        self._peers: dict[Loop, object] = {}  # llama.cpp's and OpenVINO's engines, made by the first use of ``peer``
         self.scorer = PromptScorer(models.target.model)  # Eq. (1), each prompt's keys and values computed once
 
     def __getstate__(self) -> dict:
@@ -258,17 +259,21 @@ class _Run:
                 "dtype": base.dtype, "c": bp.c, "beta": bp.beta(gamma + 1) if gamma and gamma + 1 <= bp.n_max else None}
         self.save()
 
-    @property
-    def peer(self) -> LlamaCppPeer:
-        """llama.cpp on the target's GGUF with the run's threads (loaded by its first run)."""
-        if self._peer is None:
-            self._peer = LlamaCppPeer(gguf_for(self.config.target), threads=torch.get_num_threads())
-        return self._peer
+    def peer(self, loop: Loop):
+        """Another engine with the run's threads, made by its first run: llama.cpp on the target's GGUF
+        (``LlamaCppPeer``), or OpenVINO GenAI on the target's exported IR (``OpenVinoPeer``)."""
+        if loop not in self._peers:
+            threads = torch.get_num_threads()
+            self._peers[loop] = (LlamaCppPeer(gguf_for(self.config.target), threads=threads) if loop is Loop.LLAMA_CPP
+                                 else openvino_peer.OpenVinoPeer(openvino_peer.exported(self.config.target), threads))
+        return self._peers[loop]
 
     def _plan(self, v: Variant, kept: dict) -> None:
-        if not v.method.loop.own_weights:  # llama.cpp: the GGUF's own types, a fixed γ
-            self.plans[v.label] = Plan(v.method, self.peer.model_type, "llama.cpp decodes the GGUF in its own types",
-                                       FixedGamma(v.gamma if v.method.cost is not Cost.PLAIN else 1), "named")
+        if not v.method.loop.own_weights:  # llama.cpp, OpenVINO: their files' own types, a fixed γ
+            engine, gamma = v.method.loop.value, v.gamma if v.method.cost is not Cost.PLAIN else 1
+            self.plans[v.label] = Plan(v.method, self.peer(v.method.loop).model_type,
+                                       f"{engine} decodes its own file of the target in its own types",
+                                       FixedGamma(gamma), "named")
             return
         def models(dtype: str):
             target, draft = self.models.at(dtype, v.compiled)
@@ -292,10 +297,11 @@ class _Run:
 
     def run_one(self, label: str, prompt: BenchPrompt, repeat: int, max_new_tokens: int | None = None):
         v = next(v for v in self.variants if v.label == label)
-        if not v.method.loop.own_weights:  # llama.cpp: none of our models at its "dtype"
+        if not v.method.loop.own_weights:  # llama.cpp, OpenVINO: none of our models at its "dtype"
             dc = self.plans[label].config(self.config.decode_config(v, repeat, max_new_tokens))
             with self.meter.measure() as energy:
-                rec = self.peer.generate(v.method, prompt.ids, dc, self.eos, self.models.target.tokenizer)
+                rec = self.peer(v.method.loop).generate(v.method, prompt.ids, dc, self.eos,
+                                                        self.models.target.tokenizer)
             rec.set_energy(energy.joules, energy.source, energy.reason)
             return rec
         v, plan, t, d, dc = self.job(label, repeat, max_new_tokens)
@@ -382,8 +388,12 @@ class _Run:
         if not todo:
             return
         session = self.session
-        if any(not v.method.loop.own_weights for v in self.variants if v.label not in {*skipped, *self.failed}):
-            session["peer"] = self.peer.describe()  # engine, version, the GGUF, threads
+        peer_loops = {v.method.loop for v in self.variants
+                      if not v.method.loop.own_weights and v.label not in {*skipped, *self.failed}}
+        if Loop.LLAMA_CPP in peer_loops:
+            session["peer"] = self.peer(Loop.LLAMA_CPP).describe()  # engine, version, the GGUF, threads
+        if Loop.OPENVINO in peer_loops:
+            session["openvino"] = self.peer(Loop.OPENVINO).describe()  # version, the IR and its export, threads
         session.update(skipped=skipped, model_notes=self.models.notes,
                        energy={"source": self.meter.source, "scope": getattr(self.meter, "scope", None),
                                "reason": self.meter.reason},

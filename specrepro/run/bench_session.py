@@ -31,7 +31,8 @@ def _device_name(device: torch.device) -> str:
     if device.type == "cuda":
         return torch.cuda.get_device_name(device)
     info = cpu_info()
-    return f"cpu: {info['name']} ({info['logical_cores']} logical cores)"
+    model = f", {info['model']}" if info["model"] else ""
+    return f"cpu: {info['name']} ({info['logical_cores']} logical cores{model})"
 
 
 def session_info(config: BenchConfig, device: torch.device) -> dict:

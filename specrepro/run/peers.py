@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Callable, Iterable, Sequence
 
 from ..core.config import DecodeConfig
-from ..methods import PEER_METHODS, Cost, Loop, Method
+from ..methods import REGISTRY, Cost, Loop, Method
 from ..metrics.profile import Latency, PeerProfile
 from ..core.record import GenerationRecord
 
@@ -40,24 +40,34 @@ INSTALL = "install the [peers] extra: pip install -e '.[peers]' (or make ... PEE
 LOOKUP_MAX_NGRAM = 3  # as our prompt-lookup drafter's (drafters/prompt_lookup.py)
 
 
-def installed() -> bool:
-    """Whether llama-cpp-python is installed (without loading its library)."""
+def module_installed(module: str) -> bool:
+    """Whether an optional engine's ``module`` is installed (without loading its library)."""
     try:
-        return importlib.util.find_spec("llama_cpp") is not None
+        return importlib.util.find_spec(module) is not None
     except ValueError:  # (set to None in sys.modules: importing it fails)
         return False
 
 
+def require_module(module: str, package: str, what: str):
+    """The optional engine's ``module``, or one clear error saying that ``what`` needs ``package`` and how to install
+    it (the ``[peers]`` extra)."""
+    try:
+        return importlib.import_module(module)
+    except ImportError:
+        raise ValueError(f"{what} needs {package}, which is not installed; {INSTALL}") from None
+    except OSError as err:  # installed, but its shared library does not load
+        raise ValueError(f"{what} needs {package}, whose library does not load here ({err}); reinstall it: "
+                         f"{INSTALL}") from None
+
+
+def installed() -> bool:
+    """Whether llama-cpp-python is installed (without loading its library)."""
+    return module_installed("llama_cpp")
+
+
 def require(what: str):
     """The ``llama_cpp`` module, or one clear error saying that ``what`` needs it and how to install it."""
-    try:
-        import llama_cpp
-    except ImportError:
-        raise ValueError(f"{what} needs llama-cpp-python, which is not installed; {INSTALL}") from None
-    except OSError as err:  # installed, but its shared library does not load
-        raise ValueError(f"{what} needs llama-cpp-python, whose library does not load here ({err}); reinstall it: "
-                         f"{INSTALL}") from None
-    return llama_cpp
+    return require_module("llama_cpp", "llama-cpp-python", what)
 
 
 def gguf_for(target: str) -> Path:
@@ -135,7 +145,8 @@ class LlamaCppPeer:
         llama.cpp's loop shows them: its forwards (prefill included), and for prompt lookup each step's proposed and
         accepted drafts."""
         if spec.loop is not Loop.LLAMA_CPP:
-            raise ValueError(f"{spec.name!r} is not a llama.cpp baseline; choose one of {', '.join(PEER_METHODS)}")
+            ours = ", ".join(m for m, s in REGISTRY.items() if s.loop is Loop.LLAMA_CPP)
+            raise ValueError(f"{spec.name!r} is not a llama.cpp baseline; choose one of {ours}")
         s, lookup = config.sampling, spec.cost is Cost.MODEL_FREE
         gamma = int(config.gamma) if lookup else 0
         llm = self.llama(len(prompt_ids) + config.max_new_tokens + gamma + 1, all_logits=lookup)

@@ -18,6 +18,7 @@ from ..acceptance import TREE_RULES
 from ..core.config import DecodeConfig, SamplingConfig
 from ..methods import METHODS, Loop, Method, check_parameters_taken, method, parameter_fields
 from ..metrics.profile import dtype_name
+from . import openvino_peer
 from .peers import check_runnable
 
 ALL_METHODS = METHODS  # the registry's: ours, transformers' and llama.cpp's baselines
@@ -166,6 +167,7 @@ class BenchConfig:
             self.decode_config(v, 0)  # validates max_new_tokens, gamma, the sampling knobs, the parameters
             v.method.check_batch(self.batch_size, v.gamma)
         check_runnable([v.label for v in variants if v.method.loop is Loop.LLAMA_CPP], self.target)
+        openvino_peer.check_runnable([v.label for v in variants if v.method.loop is Loop.OPENVINO], self.target)
 
     def variants(self) -> list[Variant]:
         return [Variant.parse(m, self.dtype, self.gamma) for m in self.methods]
