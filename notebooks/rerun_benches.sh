@@ -11,7 +11,7 @@ PY=${PY:-.venv/bin/python}
 if [ -n "$(git status --porcelain --untracked-files=no -- . ':!figures' ':!notebooks/executed')" ]; then
     echo "rerun_benches.sh: the tree has uncommitted changes; commit first" >&2; exit 2
 fi
-common=(--target smollm2-135m-instruct --draft smollm2-135m-draft --suite mixed --max-new-tokens 48 --threads 2
+common=(--target smollm2-135m-instruct --suite mixed --max-new-tokens 48 --threads 2
         --repeats 1 --seed 0 --no-progress)
 declare -A args=(
   [medusa-t0]="--methods ar,medusa,speculative:gauto,prompt-lookup:gauto --limit 12 --temperature 0 --gamma 3 --dtype auto"
@@ -51,8 +51,10 @@ SPECREPRO_KERNELS=off $PY -m specrepro calibrate --dtype bf16 --threads 2 --reca
 # would see a swapped-in folder as an uncommitted change); then all are swapped in.
 for name in "${names[@]}"; do
     echo "== $name"
+    draft=()  # the draft model, for the benches that run it (bench refuses a --draft no method uses)
+    [[ ${args[$name]} =~ speculative|hf-assisted ]] && draft=(--draft smollm2-135m-draft)
     # shellcheck disable=SC2086
-    $PY -m specrepro bench "${common[@]}" ${args[$name]} --out "$scratch/$name"
+    $PY -m specrepro bench "${common[@]}" "${draft[@]}" ${args[$name]} --out "$scratch/$name"
     if [ "$name" = auto-vs-fixed ] || [ "$name" = engine-t0 ] || [ "$name" = peers-t0 ]; then
         cp -r "$scratch/calibrate" "$scratch/$name/calibrate" && cp "$scratch/calibrate.txt" "$scratch/$name/"
     fi
