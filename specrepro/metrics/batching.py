@@ -9,10 +9,10 @@ Two questions read this measurement:
   sequences costs relative to decoding one token in each.
 
 Timed like the device profile's L_fp(n) (``calibrate.measure``): warm-up rounds first, then rounds in which every
-(B, n) cell is timed in turn, so that a change in machine load hits every cell alike; medians over the rounds;
-clocks synchronised with the device (``decoding.Clock``). A timed sample is ``forwards`` consecutive forwards of
-one cell, read as seconds (and joules, from the ``EnergyMeter`` where a counter exists) per forward; a cell's
-totals over all its timed forwards are the paper's "Energy (J)" and "Time (s)" columns.
+(B, n) cell is timed in turn, each after one untimed forward of its own shape, so that a change in machine load hits
+every cell alike; medians over the rounds; clocks synchronised with the device (``decoding.Clock``). A timed sample
+is ``forwards`` consecutive forwards of one cell, read as seconds (and joules, from the ``EnergyMeter`` where a
+counter exists) per forward; a cell's totals over all its timed forwards are the paper's "Energy (J)" and "Time (s)" columns.
 
 The B sequences are different token sequences of the same length L (the context rotated), so no padding or mask
 is involved; the n new tokens of each are scored with the full causal mask over its own prefix, as a batched
@@ -150,6 +150,10 @@ def measure_batching(model: torch.nn.Module, context: Sequence[int], batches: Se
     below = None  # why a sample of a working counter read no joules (shorter than NVML's update period)
     for r in range(warmup + rounds):
         for b, n in new:
+            # One untimed forward of the cell's own shape first: the first forward after another cell's (a larger B
+            # or n) runs cold, and at one timed forward per sample that cost lands in every round (a Zen 4 read
+            # L(1, 1) at 15.4 ms against L(1, 2) at 10.3 over 8 rounds); a decode step follows one of its own shape.
+            prefixes[b].forward(new[b, n])
             with timed(r, warmup), meter.measure() as m:  # a dependency trace (core/deps.py) sees the warm-up only
                 t0 = clock.now()
                 for _ in range(forwards):

@@ -328,7 +328,7 @@ SETTINGS = {
     # speed-quality question on more prompts and seeds), 8 prompts per suite for the speedup by task (every claim on
     # at least 8 prompts; one on fewer than 8 is undecided whatever its interval)
     "quick": dict(bench=3, rows=2, repeats=1, max_new=16, cost_repeats=3, warmup=8, solver_repeats=5, batch_context=64,
-                  batch_rounds=2, batch_forwards=1, task_prompts=8, task_max_new=32, task_seeds=2),
+                  batch_rounds=8, batch_forwards=1, task_prompts=8, task_max_new=32, task_seeds=2),
     "full": dict(bench=None, rows=4, repeats=3, max_new=128, cost_repeats=7, warmup=8, solver_repeats=20,
                  batch_context=256, batch_rounds=5, batch_forwards=4, task_prompts=20, task_max_new=128, task_seeds=3),
 }
