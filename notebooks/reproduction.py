@@ -314,7 +314,8 @@ def _conditions_line(figures: Path) -> str:
         calls = timings.get("calls") or [{}]
         runs = f" for {len(calls[-1]['runs'])} run(s)" if calls[-1].get("runs") else ""
         wall = f", {last['wall_s'] / 60:.1f} min{runs}" if last.get("wall_s") is not None else ""
-        return (f"profile {last.get('profile')} · machine {box.get('cpu')} ({box.get('cores')} cores{gpu}) · "
+        model = f"{box['cpu_model']}, " if box.get("cpu_model") else ""  # (a VM's name may not tell a Zen 1 from a 4)
+        return (f"profile {last.get('profile')} · machine {box.get('cpu')} ({model}{box.get('cores')} cores{gpu}) · "
                 f"{last.get('jobs')} notebook(s) at a time{wall}, started {last.get('started_utc')} (timings.json)")
     conditions = run_conditions(figures)
     profiles = sorted({p for c in conditions.values() for p in c.profiles}) or ["not recorded"]

@@ -234,6 +234,11 @@ def test_profile_and_machine_come_from_the_runners_timings(tmp_path):
     text = rp.write_reproduction(run, FIGURES).read_text()
     assert ("The last `make figures` call: profile smoke · machine Intel Xeon (2 cores) · 2 notebook(s) at a time, "
             "5.0 min for 2 run(s)") in text
+    timings = json.loads((run / "timings.json").read_text())
+    timings["last_run"]["machine"]["cpu_model"] = "GenuineIntel family 6 model 143 stepping 8"
+    (run / "timings.json").write_text(json.dumps(timings))  # the family and model name the CPU a VM's name may hide
+    assert ("machine Intel Xeon (GenuineIntel family 6 model 143 stepping 8, 2 cores) · "
+            in rp.write_reproduction(run, FIGURES).read_text())
     made = rp.write_reproduction(run, FIGURES, executed=ROOT / "notebooks" / "executed").read_text()
     commits = re.search(r"The figures come from (\d+) notebook folders made at (\d+) commit\(s\) \(([0-9a-f, ]+);",
                         made)  # the header says the figures are several runs' work, not the last call's
