@@ -247,3 +247,21 @@ def test_a_timed_claim_is_noisy_when_other_processes_kept_the_cpu_busy_and_the_r
     assert f"**{NOISY}**" in text and "1.25 cores busy" in text
     index = json.loads((tmp_path / "figures" / "loaded" / "index.json").read_text())
     assert all(e["machine_load"]["mean"] == 1.25 for e in index)  # each artifact: the load it was made under
+
+
+def test_a_runs_expected_time_is_what_it_cost_when_it_computed_its_cells(tmp_path, monkeypatch):
+    """A run served from the run cache is short (MJSD 143.5 s against 471.3 s computed): its last time alone would
+    schedule it last among the timed runs; the longest recorded time of this profile is its expected time."""
+    import run_notebooks as rn
+    monkeypatch.setattr(rn, "ROOT", tmp_path / "repo")
+    monkeypatch.setattr(rn, "timings_cache", lambda: tmp_path / "cache.json")
+    figures = tmp_path / "figures"
+    figures.mkdir()
+    (figures / "timings.json").write_text(json.dumps({
+        "runs": {"mjsd_joint_decoding": {"wall_s": 143.5, "profile": "quick"},
+                 "theory_ppd": {"wall_s": 30.0, "profile": "smoke"}},
+        "calls": [{"profile": "quick", "runs": {"mjsd_joint_decoding": 471.3, "theory_ppd": 36.6}},
+                  {"profile": "smoke", "runs": {"mjsd_joint_decoding": 9000.0}}]}))
+    expected = rn.expected_seconds("quick", ["mjsd_joint_decoding", "theory_ppd"], figures)
+    assert expected == {"mjsd_joint_decoding": 471.3, "theory_ppd": 36.6}
+    assert rn.expected_seconds("quick", ["medusa_trees"], figures) == {}
